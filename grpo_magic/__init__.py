@@ -1,0 +1,60 @@
+"""grpo_magic: train language models with GRPO (TRL) on your own environment, from a notebook.
+
+``%load_ext grpo_magic`` registers the magics; the same engine is importable from Python
+(``GRPOParams``, ``train``) and runs from the terminal (``grpo-magic train``). Importing this
+package stays light: torch, transformers and trl load only when a run or a check starts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .env import EnvSpec, register_env, registered_envs
+from .errors import GRPOMagicError
+from .events import read_run_log
+from .params import GRPOParams
+from .run import GRPORun, last_run, train
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "EnvSpec",
+    "GRPOMagicError",
+    "GRPOParams",
+    "GRPORun",
+    "check_env",
+    "last_run",
+    "load_ipython_extension",
+    "read_run_log",
+    "register_env",
+    "registered_envs",
+    "replay",
+    "train",
+    "unload_ipython_extension",
+]
+
+
+def replay(output_dir: str) -> Any:
+    """Rebuild the dashboard of a run from its run log (a crashed kernel's run, a CLI run...)."""
+    from .dashboard import replay as _replay
+
+    return _replay(output_dir)
+
+
+def check_env(*args: Any, **kwargs: Any) -> Any:
+    """Pre-flight an environment on sampled completions without training (see ``grpo_magic.check``)."""
+    from .check import check_env as _check_env
+
+    return _check_env(*args, **kwargs)
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    from .magics import load_ipython_extension as _load
+
+    _load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    from .magics import unload_ipython_extension as _unload
+
+    _unload(ipython)

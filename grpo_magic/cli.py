@@ -1,0 +1,107 @@
+"""``grpo-magic train``: the terminal surface, with flags generated from ``GRPOParams``.
+
+Bad input exits with status 2 and one line on stderr, before any model loads. The same command
+works under ``torchrun``/``accelerate launch``: nothing here is notebook-only, and only the main
+process prints progress.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import GRPOMagicError
+from .params import GROUPS, GRPOParams
+
+PROG = "grpo-magic"
+
+
+class ArgumentError(GRPOMagicError):
+    """A flag argparse could not take; raised instead of exiting so every surface can word it."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad flag raises ``ArgumentError`` (one sentence) instead of printing usage."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ArgumentError(f"{message}; see {self.prog} --help.")
+
+
+def add_param_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per ``GRPOParams`` field, grouped as in the form, with help from the metadata."""
+    groups = {name: parser.add_argument_group(name) for name in GROUPS}
+    for f in GRPOParams.fields():
+        meta = f.metadata
+        group = groups.get(meta.get("group", ""), parser)
+        kind = GRPOParams.field_type(f.name)
+        default_text = "" if f.default is None else f" (default: {f.default})"
+        kwargs: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": meta.get("help", "") + default_text}
+        if kind is bool:
+            group.add_argument(GRPOParams.flag(f.name), action=argparse.BooleanOptionalAction, **kwargs)
+            continue
+        kwargs["type"] = kind
+        if "choices" in meta:
+            kwargs["choices"] = list(meta["choices"])
+        kwargs["metavar"] = f.name.split("_")[-1].upper() if "choices" not in meta else None
+        group.add_argument(GRPOParams.flag(f.name), **kwargs)
+
+
+def params_from_namespace(namespace: argparse.Namespace, base: GRPOParams | None = None) -> GRPOParams:
+    """Params from parsed flags: only flags given on the command line replace ``base``'s values."""
+    names = {f.name for f in GRPOParams.fields()}
+    given = {k: v for k, v in vars(namespace).items() if k in names}
+    return (base or GRPOParams()).replace(**given)
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog=PROG, description="Train language models with GRPO on your own environment.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    train = sub.add_parser("train", help="train a model with GRPO", description="Train a model with GRPO (TRL).")
+    add_param_arguments(train)
+    train.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the output folder")
+    train.add_argument("--quiet", action="store_true", help="print only the final line")
+    return parser
+
+
+def _fail(message: str, code: int = 2) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except ArgumentError as exc:
+        return _fail(str(exc))
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+
+    from .run import is_main_process, train
+
+    try:
+        params = params_from_namespace(args)
+        callbacks = []
+        if is_main_process() and not args.quiet:
+            from .progress import TerminalProgress
+
+            callbacks.append(TerminalProgress())
+        run = train(params, blocking=False, callbacks=callbacks, display=False, resume=args.resume)
+    except GRPOMagicError as exc:
+        return _fail(str(exc))
+    try:
+        run.wait()
+    except KeyboardInterrupt:
+        run.stop()
+        run._finished.wait()
+    except GRPOMagicError as exc:
+        return _fail(str(exc), code=1)
+    if is_main_process():
+        print(f"{PROG}: {run.status} after {run.step} steps; weights and run log in {run.output_dir}", file=sys.stderr)
+    return 0 if run.status == "completed" else 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

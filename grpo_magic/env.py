@@ -1,0 +1,387 @@
+"""Environments: load, register, instantiate and validate them before any model is loaded.
+
+An environment is any class with ``build_dataset(tokenizer)`` and ``score_episode(model,
+tokenizer, completion, **columns)`` (DESIGN.md section 1). It can come from a module
+(``rl_env_module`` + ``rl_env_class``), from the inline registry (``register_env``, which
+``%%grpo_env`` uses), or be passed to ``train(env=...)`` as a class or an instance. Every problem
+is reported as one ``GRPOMagicError`` sentence that names the thing and the fix.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import GRPOMagicError
+from .params import GRPOParams
+
+REQUIRED_METHODS = ("build_dataset", "score_episode")
+#: Leading parameters of ``score_episode`` that we pass positionally.
+EPISODE_POSITIONAL = ("model", "tokenizer", "completion")
+#: Hidden dataset column that keeps the env's own prompt when we pre-render prompts with tools.
+ENV_PROMPT_COLUMN = "_grpo_env_prompt"
+
+
+@dataclass
+class EnvSpec:
+    """Where an environment comes from and how to build it."""
+
+    name: str
+    cls: type | None = None
+    instance: Any = None
+    config: dict[str, Any] = field(default_factory=dict)
+    source: str = "python"  # "cell", "module", "python"
+    module: str | None = None
+    code: str | None = None  # the cell's source, for %grpo_export
+
+    def instantiate(self) -> Any:
+        """A fresh instance (or the given one); constructor problems become one clear sentence."""
+        if self.instance is not None:
+            return self.instance
+        assert self.cls is not None
+        return instantiate(self.cls, self.config)
+
+
+_REGISTRY: dict[str, EnvSpec] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def is_env_class(obj: Any) -> bool:
+    """True for a class that has both methods an environment needs."""
+    return inspect.isclass(obj) and all(callable(getattr(obj, m, None)) for m in REQUIRED_METHODS)
+
+
+def register_env(
+    cls: type,
+    name: str | None = None,
+    *,
+    config: dict[str, Any] | str | None = None,
+    source: str = "python",
+    code: str | None = None,
+) -> EnvSpec:
+    """Register an environment class under ``name`` (default: its class name); replaces an earlier one."""
+    if not inspect.isclass(cls):
+        raise GRPOMagicError(f"register_env expects a class, got {type(cls).__name__}; pass the class itself.")
+    check_interface(cls, cls.__name__)
+    spec = EnvSpec(
+        name=name or cls.__name__,
+        cls=cls,
+        config=_parse_config(config, cls.__name__),
+        source=source,
+        module=getattr(cls, "__module__", None),
+        code=code,
+    )
+    _check_constructor(cls, spec.config)
+    with _REGISTRY_LOCK:
+        _REGISTRY[spec.name] = spec
+    return spec
+
+
+def unregister_env(name: str) -> None:
+    with _REGISTRY_LOCK:
+        _REGISTRY.pop(name, None)
+
+
+def registered_envs() -> dict[str, EnvSpec]:
+    with _REGISTRY_LOCK:
+        return dict(_REGISTRY)
+
+
+def get_env(name: str) -> EnvSpec:
+    with _REGISTRY_LOCK:
+        spec = _REGISTRY.get(name)
+        names = sorted(_REGISTRY)
+    if spec is None:
+        known = f"registered: {', '.join(names)}" if names else "none is registered yet"
+        raise GRPOMagicError(
+            f"No environment named {name!r} ({known}); define it in a %%grpo_env cell or call register_env()."
+        )
+    return spec
+
+
+def _parse_config(config: dict[str, Any] | str | None, owner: str) -> dict[str, Any]:
+    if config is None or config == "":
+        return {}
+    if isinstance(config, dict):
+        return dict(config)
+    problem = GRPOParams.check_value("rl_env_config", config)
+    if problem:
+        raise GRPOMagicError(problem)
+    import json
+
+    return json.loads(config)
+
+
+def _check_constructor(cls: type, config: dict[str, Any]) -> None:
+    """Name a config key the constructor does not accept, before anything is built."""
+    try:
+        sig = inspect.signature(cls)
+    except (TypeError, ValueError):  # builtins or C classes: let the call itself speak
+        return
+    try:
+        sig.bind(**config)
+    except TypeError as exc:
+        variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        accepted = [name for name, p in sig.parameters.items() if p.kind not in variadic]
+        unknown = [k for k in config if k not in sig.parameters]
+        takes = f"it takes {', '.join(accepted)}" if accepted else "it takes no arguments"
+        if unknown and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
+            raise GRPOMagicError(
+                f"{cls.__name__}() does not accept {unknown[0]!r} from rl_env_config ({takes}); "
+                "fix the JSON keys or the constructor."
+            ) from None
+        raise GRPOMagicError(
+            f"{cls.__name__}() cannot be built from rl_env_config {config!r} ({exc}); {takes}."
+        ) from None
+
+
+def instantiate(cls: type, config: dict[str, Any]) -> Any:
+    _check_constructor(cls, config)
+    try:
+        return cls(**config)
+    except Exception as exc:  # noqa: BLE001 - any constructor failure is the user's to fix
+        raise GRPOMagicError(
+            f"{cls.__name__}(**rl_env_config) raised {type(exc).__name__}: {exc}; fix the constructor or the config."
+        ) from exc
+
+
+def check_interface(obj: Any, name: str) -> None:
+    for method in REQUIRED_METHODS:
+        if not callable(getattr(obj, method, None)):
+            raise GRPOMagicError(
+                f"Environment {name} has no {method}() method; an environment needs "
+                "build_dataset(self, tokenizer) and score_episode(self, model, tokenizer, completion, ...)."
+            )
+
+
+def load_module_env(module_name: str, class_name: str) -> type:
+    """Import ``module_name`` (the current folder is importable) and return its ``class_name``."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise GRPOMagicError(
+                f"Could not import environment module {module_name!r} (no module named {exc.name!r}); run from "
+                "the folder that contains it or check --rl-env-module."
+            ) from exc
+        raise GRPOMagicError(
+            f"Importing environment module {module_name!r} failed: {exc}; install what it imports."
+        ) from exc
+    except SyntaxError as exc:
+        raise GRPOMagicError(
+            f"Environment module {module_name!r} has a syntax error at {exc.filename}:{exc.lineno}: {exc.msg}."
+        ) from exc
+    except Exception as exc:  # noqa: BLE001 - the user's module code raised while importing
+        raise GRPOMagicError(
+            f"Importing environment module {module_name!r} raised {type(exc).__name__}: {exc}; fix the module."
+        ) from exc
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        found = sorted(n for n, v in vars(module).items() if is_env_class(v))
+        hint = f"environment classes there: {', '.join(found)}" if found else "it defines no environment class"
+        raise GRPOMagicError(
+            f"Module {module_name!r} has no class {class_name!r} ({hint}); check --rl-env-class."
+        )
+    if not inspect.isclass(cls):
+        raise GRPOMagicError(f"{module_name}.{class_name} is a {type(cls).__name__}, not a class; check --rl-env-class.")
+    check_interface(cls, f"{module_name}.{class_name}")
+    return cls
+
+
+def resolve_env(params: GRPOParams, env: Any = None) -> EnvSpec:
+    """Find the environment of a run: ``env`` (name, spec, class or instance) or the params' module/class."""
+    config = params.env_config
+    if env is None:
+        if params.rl_env_module and params.rl_env_class:
+            cls = load_module_env(params.rl_env_module, params.rl_env_class)
+            spec = EnvSpec(name=params.rl_env_class, cls=cls, config=config, source="module", module=params.rl_env_module)
+            _check_constructor(cls, config)
+            return spec
+        raise GRPOMagicError(
+            "No environment given; set --rl-env-module and --rl-env-class, or pass env= (a class, an instance "
+            "or the name of a registered env)."
+        )
+    if isinstance(env, EnvSpec):
+        spec = env
+    elif isinstance(env, str):
+        spec = get_env(env)
+    elif inspect.isclass(env):
+        check_interface(env, env.__name__)
+        spec = EnvSpec(name=env.__name__, cls=env, source="python", module=env.__module__)
+    else:
+        check_interface(env, type(env).__name__)
+        return EnvSpec(name=type(env).__name__, instance=env, source="python", module=type(env).__module__)
+    if params.rl_env_config is not None:  # the params' config wins over the registration's
+        spec = EnvSpec(**{**spec.__dict__, "config": config})
+    if spec.cls is not None:
+        _check_constructor(spec.cls, spec.config)
+    return spec
+
+
+# ---------------------------------------------------------------- dataset and tools
+
+
+def _where(env: Any, method: str) -> str:
+    return f"{type(env).__name__}.{method}()"
+
+
+def check_tools(env: Any) -> list[dict[str, Any]]:
+    """``get_tools()`` as a list of function schemas (empty when the env has none)."""
+    get_tools = getattr(env, "get_tools", None)
+    if get_tools is None:
+        return []
+    try:
+        tools = get_tools()
+    except Exception as exc:  # noqa: BLE001
+        raise GRPOMagicError(f"{_where(env, 'get_tools')} raised {type(exc).__name__}: {exc}; fix get_tools.") from exc
+    if tools is None:
+        return []
+    if not isinstance(tools, (list, tuple)):
+        raise GRPOMagicError(
+            f"{_where(env, 'get_tools')} must return a list of function schemas, got {type(tools).__name__}."
+        )
+    for i, tool in enumerate(tools):
+        schema = tool.get("function", tool) if isinstance(tool, dict) else None
+        if not isinstance(schema, dict) or not isinstance(schema.get("name"), str) or not schema["name"]:
+            raise GRPOMagicError(
+                f"{_where(env, 'get_tools')} item {i} is not a function schema; use "
+                "{'type': 'function', 'function': {'name': ..., 'description': ..., 'parameters': {...}}}."
+            )
+    return list(tools)
+
+
+def _is_messages(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) > 0
+        and all(isinstance(m, dict) and "role" in m and "content" in m for m in value)
+    )
+
+
+def build_and_check_dataset(env: Any, tokenizer: Any):
+    """Call ``build_dataset(tokenizer)`` and check what came back; returns the dataset."""
+    from datasets import Dataset
+
+    try:
+        dataset = env.build_dataset(tokenizer)
+    except Exception as exc:  # noqa: BLE001
+        raise GRPOMagicError(
+            f"{_where(env, 'build_dataset')} raised {type(exc).__name__}: {exc}; fix build_dataset."
+        ) from exc
+    if not isinstance(dataset, Dataset):
+        raise GRPOMagicError(
+            f"{_where(env, 'build_dataset')} must return a datasets.Dataset, got {type(dataset).__name__}; "
+            "wrap your rows with Dataset.from_dict({'prompt': [...]})."
+        )
+    if "prompt" not in dataset.column_names:
+        raise GRPOMagicError(
+            f"{_where(env, 'build_dataset')} returned a dataset without a 'prompt' column "
+            f"(columns: {', '.join(dataset.column_names) or 'none'}); add the prompts as 'prompt'."
+        )
+    if len(dataset) == 0:
+        raise GRPOMagicError(f"{_where(env, 'build_dataset')} returned an empty dataset; it needs at least one prompt.")
+    for i, prompt in enumerate(dataset["prompt"]):
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise GRPOMagicError(f"{_where(env, 'build_dataset')}: prompt {i} is empty; every prompt needs text.")
+        elif not _is_messages(prompt):
+            raise GRPOMagicError(
+                f"{_where(env, 'build_dataset')}: prompt {i} is a {type(prompt).__name__}, not a string or a list "
+                "of chat messages like [{'role': 'user', 'content': '...'}]."
+            )
+    return dataset
+
+
+def episode_parameters(env: Any) -> tuple[set[str], bool, list[str]]:
+    """What ``score_episode`` accepts beyond model, tokenizer and completion.
+
+    Returns (named parameters, whether it takes **kwargs, required names).
+    """
+    sig = inspect.signature(env.score_episode)
+    params = list(sig.parameters.values())
+    rest = params[len(EPISODE_POSITIONAL):] if len(params) >= len(EPISODE_POSITIONAL) else []
+    if len(params) < len(EPISODE_POSITIONAL) and not any(p.kind is p.VAR_POSITIONAL for p in params):
+        raise GRPOMagicError(
+            f"{_where(env, 'score_episode')} must accept (model, tokenizer, completion, ...); "
+            f"it takes ({', '.join(p.name for p in params)})."
+        )
+    names = {p.name for p in rest if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    var_kw = any(p.kind is p.VAR_KEYWORD for p in params)
+    required = [
+        p.name for p in rest
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is inspect.Parameter.empty
+    ]
+    return names, var_kw, required
+
+
+def check_episode_signature(env: Any, columns: list[str]) -> None:
+    """Every required ``score_episode`` argument must be a dataset column (or ``prompt``)."""
+    _, _, required = episode_parameters(env)
+    missing = [name for name in required if name not in columns]
+    if missing:
+        raise GRPOMagicError(
+            f"{_where(env, 'score_episode')} needs {missing[0]!r}, but the dataset from build_dataset has no such "
+            f"column (columns: {', '.join(columns)}); add it to the dataset or give it a default."
+        )
+
+
+def render_prompts_with_tools(dataset, tokenizer: Any, tools: list[dict[str, Any]]):
+    """Render every prompt through the chat template with the env's tools (DESIGN.md section 1).
+
+    TRL passes ``tools=`` to the chat template itself only for its own tool loop, so the prompts are
+    pre-rendered to text here; the env's own prompt is kept for ``score_episode(prompt=...)``.
+    """
+    if not tools:
+        return dataset
+
+    def render(example: dict[str, Any]) -> dict[str, Any]:
+        prompt = example["prompt"]
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+        return {ENV_PROMPT_COLUMN: prompt, "prompt": text}
+
+    try:
+        return dataset.map(render)
+    except Exception as exc:  # noqa: BLE001
+        raise GRPOMagicError(
+            f"Rendering the prompts with the tokenizer's chat template and the env's tools failed ({exc}); "
+            "use a model whose chat template supports tools."
+        ) from exc
+
+
+def prompt_text(prompt: Any) -> str:
+    """A readable one-string form of a prompt, for logs and the dashboard."""
+    if isinstance(prompt, str):
+        return prompt
+    if _is_messages(prompt):
+        return "\n".join(f"{m['role']}: {m['content']}" for m in prompt)
+    return str(prompt)
+
+
+@dataclass
+class PreparedEnv:
+    """An instantiated, validated environment with its dataset ready for TRL."""
+
+    spec: EnvSpec
+    env: Any
+    dataset: Any
+    tools: list[dict[str, Any]]
+
+
+def prepare_env(spec: EnvSpec, tokenizer: Any) -> PreparedEnv:
+    """Instantiate and validate the env and build its dataset: everything before the model loads."""
+    env = spec.instantiate()
+    check_interface(env, spec.name)
+    tools = check_tools(env)
+    dataset = build_and_check_dataset(env, tokenizer)
+    check_episode_signature(env, list(dataset.column_names))
+    dataset = render_prompts_with_tools(dataset, tokenizer, tools)
+    return PreparedEnv(spec=spec, env=env, dataset=dataset, tools=tools)

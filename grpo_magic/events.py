@@ -1,0 +1,260 @@
+"""One stream of typed run events, and the run log that records every one of them.
+
+Training talks to the outside world only through this stream (DESIGN.md section 4): the run log,
+the notebook dashboard and the terminal progress are all subscribers. Events are plain
+dataclasses that turn into JSON objects with a ``type`` key, so that a run log on disk can be
+read back (as data only, never as code) and replayed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+RUN_LOG_NAME = "events.jsonl"
+
+
+@dataclass
+class Event:
+    """Base of every event: ``time`` is seconds since the epoch when it happened."""
+
+    time: float = field(default_factory=time.time, kw_only=True)
+
+    @property
+    def type(self) -> str:
+        return EVENT_TYPES_BY_CLASS[type(self)]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["type"] = self.type
+        return data
+
+
+@dataclass
+class RunStarted(Event):
+    """A run began: its parameters (as ``GRPOParams.to_dict()``), env and where it writes."""
+
+    params: dict[str, Any]
+    env_name: str
+    model: str
+    output_dir: str
+    max_steps: int | None = None
+
+
+@dataclass
+class StatusChanged(Event):
+    """A phase change: ``starting``, ``loading model``, ``training``, ``stopping``, ``saving``."""
+
+    status: str
+    message: str = ""
+
+
+@dataclass
+class EpisodeError(Event):
+    """One ``score_episode`` call that gave no usable score; its completion got no reward."""
+
+    step: int
+    index: int
+    kind: str
+    message: str
+    traceback: str = ""
+
+
+@dataclass
+class GroupScored(Event):
+    """One prompt's group of completions with the env's scores and the advantages TRL used.
+
+    ``scores[i]`` is None for an episode error (see ``errors[i]``). ``clipped[i]`` is True when
+    the env returned a value outside [0, 1] that was clipped.
+    """
+
+    step: int
+    group: int
+    prompt: str
+    completions: list[str]
+    scores: list[float | None]
+    advantages: list[float]
+    errors: list[dict[str, Any] | None]
+    clipped: list[bool]
+    raw_scores: list[Any] = field(default_factory=list)
+    latency_s: list[float] = field(default_factory=list)
+
+    @property
+    def mean(self) -> float | None:
+        valid = [s for s in self.scores if s is not None]
+        return sum(valid) / len(valid) if valid else None
+
+    @property
+    def std(self) -> float | None:
+        """Sample standard deviation, as TRL's ``nanstd`` computes it for a group."""
+        valid = [s for s in self.scores if s is not None]
+        if len(valid) < 2:
+            return 0.0 if valid else None
+        m = sum(valid) / len(valid)
+        return math.sqrt(sum((s - m) ** 2 for s in valid) / (len(valid) - 1))
+
+    @property
+    def zero_variance(self) -> bool:
+        valid = [s for s in self.scores if s is not None]
+        return len(valid) > 0 and max(valid) - min(valid) < 1e-9
+
+
+@dataclass
+class StepLogged(Event):
+    """TRL's logged metrics for one optimizer step, with TRL's names (``reward``, ``kl``...)."""
+
+    step: int
+    metrics: dict[str, float | None]
+    max_steps: int | None = None
+    epoch: float | None = None
+    elapsed_s: float | None = None
+    episode_errors: int = 0
+    episodes: int = 0
+
+
+@dataclass
+class RunFinished(Event):
+    """The end of a run: ``completed``, ``stopped`` or ``failed``, with the reason and what was saved."""
+
+    status: str
+    reason: str = ""
+    output_dir: str = ""
+    steps: int = 0
+    saved: list[str] = field(default_factory=list)
+
+
+EVENT_TYPES_BY_CLASS: dict[type, str] = {
+    RunStarted: "run_started",
+    StatusChanged: "status_changed",
+    EpisodeError: "episode_error",
+    GroupScored: "group_scored",
+    StepLogged: "step_logged",
+    RunFinished: "run_finished",
+}
+EVENT_CLASSES_BY_TYPE: dict[str, type] = {v: k for k, v in EVENT_TYPES_BY_CLASS.items()}
+
+
+def event_from_dict(data: dict[str, Any]) -> Event:
+    """Rebuild an event from its JSON object; unknown keys are ignored (newer writers)."""
+    cls = EVENT_CLASSES_BY_TYPE.get(data.get("type", ""))
+    if cls is None:
+        raise ValueError(f"unknown event type {data.get('type')!r}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _json_default(value: Any) -> Any:
+    # numpy and torch scalars reach us from envs and TRL; store them as plain numbers.
+    if hasattr(value, "item"):
+        try:
+            return value.item()
+        except Exception:  # noqa: BLE001 - fall through to repr for anything odd
+            pass
+    return repr(value)
+
+
+def _clean(value: Any) -> Any:
+    """Make a value strict JSON: NaN and inf become None (``json`` would write invalid tokens)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def event_to_json(event: Event) -> str:
+    return json.dumps(_clean(event.to_dict()), default=_json_default, ensure_ascii=False)
+
+
+Subscriber = Callable[[Event], None]
+
+
+class EventStream:
+    """Fan-out of events to subscribers, in the order they subscribed.
+
+    A subscriber that raises is logged and skipped: a broken dashboard must never stop training.
+    """
+
+    def __init__(self) -> None:
+        self._subscribers: list[Subscriber] = []
+        self._lock = threading.Lock()
+
+    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+        with self._lock:
+            self._subscribers.append(subscriber)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if subscriber in self._subscribers:
+                    self._subscribers.remove(subscriber)
+
+        return unsubscribe
+
+    def emit(self, event: Event) -> None:
+        with self._lock:
+            subscribers = list(self._subscribers)
+        for subscriber in subscribers:
+            try:
+                subscriber(event)
+            except Exception:  # noqa: BLE001 - a subscriber's bug must not kill the run
+                logger.exception("grpo_magic: event subscriber %r failed on %s", subscriber, event.type)
+
+
+class RunLog:
+    """Appends every event to ``output_dir/events.jsonl`` and flushes it, so a killed process loses nothing.
+
+    A flush hands the line to the operating system, which keeps it even if the process is
+    killed with SIGKILL; it costs microseconds per event, so we do it for every event.
+    """
+
+    def __init__(self, output_dir: str | os.PathLike[str]) -> None:
+        self.path = Path(output_dir) / RUN_LOG_NAME
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._lock = threading.Lock()
+
+    def __call__(self, event: Event) -> None:
+        line = event_to_json(event)
+        with self._lock:
+            if self._file.closed:
+                return
+            self._file.write(line + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+def run_log_path(output_dir: str | os.PathLike[str]) -> Path:
+    path = Path(output_dir)
+    return path if path.suffix == ".jsonl" else path / RUN_LOG_NAME
+
+
+def read_run_log(output_dir: str | os.PathLike[str]) -> Iterator[Event]:
+    """Yield the events of a run log. A torn last line (process killed mid-write) is skipped."""
+    path = run_log_path(output_dir)
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(data, dict) and data.get("type") in EVENT_CLASSES_BY_TYPE:
+                yield event_from_dict(data)

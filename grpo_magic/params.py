@@ -1,0 +1,333 @@
+"""Every training parameter, declared once.
+
+Each ``GRPOParams`` field carries its CLI help, its form section and its valid range in the
+field metadata (as TRL's ``GRPOConfig`` does with ``help``). The CLI flags, the notebook form,
+validation and the exported command are all generated from these declarations, so adding a
+field here adds it everywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shlex
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import GRPOMagicError
+
+#: Form sections, in display order.
+GROUPS = ("Model", "Environment", "GRPO", "Generation", "Optimization", "LoRA", "vLLM", "Output")
+
+LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo")
+
+
+def _p(default: Any, help: str, group: str, **meta: Any) -> Any:
+    """A parameter: its default, its help text, its form section and its checks.
+
+    Checks in ``meta``: ``ge``/``gt``/``le``/``lt`` bounds, ``choices``, ``required``,
+    ``json_object`` (a JSON object string), ``url`` (an http(s) URL), ``why`` (a hint added to
+    range errors).
+    """
+    return field(default=default, metadata={"help": help, "group": group, **meta})
+
+
+@dataclass
+class GRPOParams:
+    """Parameters of a GRPO run, with the original description's names and defaults."""
+
+    # Model
+    model: str | None = _p(
+        None,
+        "Model to train: a Hugging Face hub id, a local folder, or 'tiny' (an offline demo model).",
+        "Model",
+        required=True,
+    )
+    project_name: str = _p("grpo-run", "Output folder of the run (weights, checkpoints, run log).", "Model")
+    trainer: str = _p("grpo", "Trainer to use; grpo_magic trains with GRPO only.", "Model", choices=("grpo",))
+
+    # Environment
+    rl_env_module: str | None = _p(
+        None, "Python module of the environment, e.g. my_envs.hotel_env (importable from the current folder).",
+        "Environment",
+    )
+    rl_env_class: str | None = _p(None, "Class name of the environment in that module, e.g. HotelEnv.", "Environment")
+    rl_env_config: str | None = _p(
+        None, 'JSON object of keyword arguments for the environment\'s constructor, e.g. {"max_turns": 5}.',
+        "Environment", json_object=True,
+    )
+    rl_env_workers: int = _p(
+        1, "Threads that run synchronous score_episode calls of a step at once (async envs always run concurrently).",
+        "Environment", ge=1,
+    )
+    rl_episode_timeout: float | None = _p(
+        None, "Seconds after which an episode is abandoned and counted as an error (empty: no limit).",
+        "Environment", gt=0,
+    )
+    rl_max_error_rate: float = _p(
+        0.5, "Share of a step's episodes that may fail before the run stops (1 never stops).", "Environment",
+        ge=0, le=1,
+    )
+
+    # GRPO
+    rl_num_generations: int = _p(
+        4, "Completions sampled per prompt; GRPO compares them within the group.", "GRPO", ge=2,
+        why="GRPO needs at least two completions of a prompt to compare",
+    )
+    rl_kl_coef: float = _p(0.1, "KL penalty against the reference model (beta in GRPOConfig).", "GRPO", ge=0)
+    rl_clip_range: float = _p(0.2, "Clipping range of the policy ratio (epsilon in GRPOConfig).", "GRPO", gt=0)
+    rl_loss_type: str = _p("dapo", "Loss aggregation of TRL's GRPOTrainer (loss_type).", "GRPO", choices=LOSS_TYPES)
+
+    # Generation
+    rl_max_new_tokens: int = _p(128, "Most tokens generated per completion.", "Generation", ge=1)
+    rl_temperature: float = _p(1.0, "Sampling temperature.", "Generation", gt=0)
+    rl_top_k: int = _p(50, "Top-k sampling (0 disables it).", "Generation", ge=0)
+    rl_top_p: float = _p(1.0, "Top-p (nucleus) sampling, in (0, 1].", "Generation", gt=0, le=1)
+
+    # Optimization
+    epochs: int = _p(1, "Passes over the environment's dataset.", "Optimization", ge=1)
+    max_steps: int | None = _p(None, "Stop after this many optimizer steps (empty: run all epochs).", "Optimization", ge=1)
+    batch_size: int = _p(
+        4, "Completions per device per step (per_device_train_batch_size); prompts per step = this / generations.",
+        "Optimization", ge=1,
+    )
+    gradient_accumulation: int = _p(1, "Gradient accumulation steps.", "Optimization", ge=1)
+    lr: float = _p(1e-5, "Learning rate.", "Optimization", gt=0)
+    seed: int = _p(42, "Random seed.", "Optimization", ge=0)
+
+    # LoRA
+    peft: bool = _p(False, "Train LoRA adapters (PEFT) instead of every weight.", "LoRA")
+    lora_r: int = _p(16, "LoRA rank.", "LoRA", ge=1)
+    lora_alpha: int = _p(32, "LoRA alpha (scaling).", "LoRA", ge=1)
+
+    # vLLM
+    use_vllm: bool = _p(False, "Generate with vLLM (needs a GPU and pip install grpo-magic[vllm]).", "vLLM")
+    vllm_mode: str = _p(
+        "colocate", "colocate: vLLM shares the training GPUs; server: vLLM runs on its own GPUs.", "vLLM",
+        choices=("colocate", "server"),
+    )
+    vllm_gpu_memory_utilization: float = _p(
+        0.3, "Share of GPU memory for vLLM in colocate mode, in (0, 1).", "vLLM", gt=0, lt=1,
+    )
+    vllm_server_url: str | None = _p(
+        None, "URL of a running vLLM server (trl vllm-serve) in server mode, e.g. http://10.0.0.2:8000.", "vLLM",
+        url=True,
+    )
+    vllm_tensor_parallel_size: int = _p(1, "GPUs for vLLM tensor parallelism.", "vLLM", ge=1)
+    vllm_server_gpus: int = _p(
+        1, "GPUs given to the vLLM server in server mode, taken from the training processes.", "vLLM", ge=1,
+    )
+
+    # Output
+    logging_steps: int = _p(1, "Log metrics every this many steps.", "Output", ge=1)
+    save_steps: int = _p(500, "Save a checkpoint every this many steps.", "Output", ge=1)
+    report_to: str = _p(
+        "none", "Experiment tracker to report to.", "Output", choices=("none", "trackio", "wandb", "tensorboard"),
+    )
+    push_to_hub: bool = _p(False, "Push the trained weights to the Hugging Face Hub at the end.", "Output")
+
+    # ---------------------------------------------------------------- introspection
+
+    @classmethod
+    def fields(cls) -> list[dataclasses.Field]:
+        return list(dataclasses.fields(cls))
+
+    @classmethod
+    def field_type(cls, name: str) -> type:
+        """The plain type of a field (``int | None`` gives ``int``)."""
+        hint = typing.get_type_hints(cls)[name]
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return args[0] if args else hint
+
+    @classmethod
+    def is_optional(cls, name: str) -> bool:
+        return type(None) in typing.get_args(typing.get_type_hints(cls)[name])
+
+    @staticmethod
+    def flag(name: str) -> str:
+        """The CLI flag of a field: ``rl_num_generations`` gives ``--rl-num-generations``."""
+        return "--" + name.replace("_", "-")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> GRPOParams:
+        unknown = sorted(set(changes) - {f.name for f in self.fields()})
+        if unknown:
+            raise GRPOMagicError(f"Unknown parameter {unknown[0]!r}; see GRPOParams for the valid names.")
+        return dataclasses.replace(self, **changes)
+
+    # ---------------------------------------------------------------- validation
+
+    @classmethod
+    def check_value(cls, name: str, value: Any) -> str | None:
+        """The problem with one field's value, in one sentence, or None when it is valid."""
+        f = next(f for f in cls.fields() if f.name == name)
+        meta = f.metadata
+        label = f"{name} ({cls.flag(name)})"
+        if value is None or (isinstance(value, str) and value == "" and cls.is_optional(name)):
+            if meta.get("required"):
+                return f"{label} is required; for the offline demo use --model tiny."
+            if cls.is_optional(name):
+                return None
+            return f"{label} must be set."
+        kind = cls.field_type(name)
+        if kind is bool:
+            if not isinstance(value, bool):
+                return f"{label} must be true or false, got {value!r}."
+            return None
+        if kind in (int, float):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                kind is int and not float(value).is_integer()
+            ):
+                return f"{label} must be {'an integer' if kind is int else 'a number'}, got {value!r}."
+            if not math.isfinite(value):
+                return f"{label} must be a finite number, got {value!r}."
+            bounds = [
+                ("ge", lambda v, b: v >= b, "at least"), ("gt", lambda v, b: v > b, "greater than"),
+                ("le", lambda v, b: v <= b, "at most"), ("lt", lambda v, b: v < b, "less than"),
+            ]
+            for key, ok, words in bounds:
+                if key in meta and not ok(value, meta[key]):
+                    why = f"; {meta['why']}" if "why" in meta else ""
+                    return f"{label} must be {words} {meta[key]}, got {value!r}{why}."
+            return None
+        if not isinstance(value, str):
+            return f"{label} must be a string, got {value!r}."
+        if "choices" in meta and value not in meta["choices"]:
+            return f"{label} must be one of {', '.join(meta['choices'])}; got {value!r}."
+        if meta.get("json_object"):
+            try:
+                parsed = json.loads(value)
+            except json.JSONDecodeError as exc:
+                return f"{label} is not valid JSON ({exc.msg} at character {exc.pos}); write a JSON object such as '{{\"max_turns\": 3}}'."
+            if not isinstance(parsed, dict):
+                return f"{label} must be a JSON object of constructor arguments such as '{{\"max_turns\": 3}}', got {type(parsed).__name__}."
+        if meta.get("url") and not value.startswith(("http://", "https://")):
+            return f"{label} must be an http:// or https:// URL such as http://localhost:8000, got {value!r}."
+        return None
+
+    def problems(self) -> list[tuple[str, str]]:
+        """Every problem as ``(field name, sentence)``; fields first, then rules across fields."""
+        found = [(f.name, msg) for f in self.fields() if (msg := self.check_value(f.name, getattr(self, f.name)))]
+        if found:
+            return found
+        return self._cross_field_problems()
+
+    def _cross_field_problems(self) -> list[tuple[str, str]]:
+        found: list[tuple[str, str]] = []
+        n = self.rl_num_generations
+        processes = max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
+        per_step = self.batch_size * self.gradient_accumulation * processes
+        if per_step % n:
+            found.append(("batch_size", _divisibility_message(self.batch_size, self.gradient_accumulation, processes, n)))
+        if self.use_vllm and self.vllm_mode == "server" and not self.vllm_server_url:
+            found.append((
+                "vllm_server_url",
+                "vllm_mode server needs --vllm-server-url, the URL of a running server "
+                "(start one with: trl vllm-serve --model MODEL); or use --vllm-mode colocate.",
+            ))
+        if (self.rl_env_module is None) != (self.rl_env_class is None):
+            missing = "rl_env_class (--rl-env-class)" if self.rl_env_class is None else "rl_env_module (--rl-env-module)"
+            given = "--rl-env-module" if self.rl_env_class is None else "--rl-env-class"
+            found.append((missing.split()[0], f"{missing} is required together with {given}; give both, e.g. --rl-env-module my_envs.hotel_env --rl-env-class HotelEnv."))
+        return found
+
+    def validate(self) -> GRPOParams:
+        """Raise ``GRPOMagicError`` with the first problem; return self when all is well."""
+        problems = self.problems()
+        if problems:
+            raise GRPOMagicError(problems[0][1])
+        return self
+
+    @property
+    def env_config(self) -> dict[str, Any]:
+        return json.loads(self.rl_env_config) if self.rl_env_config else {}
+
+    # ---------------------------------------------------------------- export
+
+    def to_cli_args(self, *, include_defaults: bool = False) -> list[str]:
+        """The ``grpo-magic train`` flags that reproduce these params (defaults left out)."""
+        args: list[str] = []
+        for f in self.fields():
+            value = getattr(self, f.name)
+            if not include_defaults and value == f.default:
+                continue
+            flag = self.flag(f.name)
+            if self.field_type(f.name) is bool:
+                args.append(flag if value else "--no-" + flag[2:])
+            elif value is not None:
+                args += [flag, str(value)]
+        return args
+
+    def to_command(self, program: str = "grpo-magic train") -> str:
+        return " ".join([program, *(shlex.quote(a) for a in self.to_cli_args())])
+
+    def to_grpo_config(self, output_dir: str | None = None, **overrides: Any):
+        """Map to ``trl.GRPOConfig`` (DESIGN.md section 2); ``overrides`` win."""
+        from trl import GRPOConfig
+
+        from .models import supports_bf16
+
+        kwargs: dict[str, Any] = dict(
+            output_dir=output_dir or self.project_name,
+            num_generations=self.rl_num_generations,
+            max_completion_length=self.rl_max_new_tokens,
+            temperature=self.rl_temperature,
+            top_k=self.rl_top_k,
+            top_p=self.rl_top_p,
+            beta=self.rl_kl_coef,
+            epsilon=self.rl_clip_range,
+            loss_type=self.rl_loss_type,
+            use_vllm=self.use_vllm,
+            vllm_mode=self.vllm_mode,
+            vllm_gpu_memory_utilization=self.vllm_gpu_memory_utilization,
+            vllm_tensor_parallel_size=self.vllm_tensor_parallel_size,
+            num_train_epochs=self.epochs,
+            max_steps=self.max_steps if self.max_steps is not None else -1,
+            per_device_train_batch_size=self.batch_size,
+            gradient_accumulation_steps=self.gradient_accumulation,
+            learning_rate=self.lr,
+            seed=self.seed,
+            logging_steps=self.logging_steps,
+            save_steps=self.save_steps,
+            save_strategy="steps",
+            report_to=[] if self.report_to == "none" else [self.report_to],
+            push_to_hub=self.push_to_hub,
+            bf16=supports_bf16(),
+            log_completions=False,
+            disable_tqdm=True,
+        )
+        if self.vllm_server_url:
+            kwargs["vllm_server_base_url"] = self.vllm_server_url
+        kwargs.update(overrides)
+        return GRPOConfig(**kwargs)
+
+
+def _divisibility_message(batch_size: int, accumulation: int, processes: int, n: int) -> str:
+    per_step = batch_size * accumulation * processes
+    good_batches = [b for b in range(1, 4 * max(batch_size, n) + 1) if (b * accumulation * processes) % n == 0]
+    good_batches = sorted(good_batches, key=lambda b: (abs(b - batch_size), b))[:2]
+    good_gens = [g for g in range(2, per_step + 1) if per_step % g == 0][:4]
+    parts = f"batch_size {batch_size} x gradient_accumulation {accumulation}"
+    if processes > 1:
+        parts += f" x {processes} processes"
+    fix = f"use --batch-size {' or '.join(str(b) for b in sorted(good_batches))}"
+    if good_gens:
+        fix += f", or --rl-num-generations {', '.join(str(g) for g in good_gens)}"
+    return (
+        f"{parts} = {per_step} completions per step, which is not divisible by rl_num_generations {n} "
+        f"(each prompt needs a whole group); {fix}."
+    )
+
+
+def params_from_dict(values: dict[str, Any]) -> GRPOParams:
+    """Build params from a dict, naming an unknown key instead of raising ``TypeError``."""
+    names = {f.name for f in GRPOParams.fields()}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise GRPOMagicError(f"Unknown parameter {unknown[0]!r}; see GRPOParams for the valid names.")
+    return GRPOParams(**values)

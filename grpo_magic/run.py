@@ -1,0 +1,403 @@
+"""The runner and the Python API: ``train(params, env)`` gives a ``GRPORun``.
+
+Everything a user can get wrong is checked in the caller's thread before the model loads
+(params, env, dataset, tools, model path); then training runs in the caller's thread or a
+background one. The run learns what happens only from the event stream, like every other
+subscriber, so ``run.history``/``run.groups`` and the run log always agree.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from .env import PreparedEnv, prepare_env, resolve_env
+from .errors import GRPOMagicError
+from .events import (
+    RUN_LOG_NAME,
+    EpisodeError,
+    Event,
+    EventStream,
+    GroupScored,
+    RunFinished,
+    RunLog,
+    RunStarted,
+    StatusChanged,
+    StepLogged,
+)
+from .params import GRPOParams
+from .reward import BatchRecord, EnvErrorRateExceeded, EnvReward
+
+FINAL_STATUSES = ("completed", "stopped", "failed")
+MAX_GROUPS_IN_MEMORY = 256
+MAX_ERRORS_IN_MEMORY = 1000
+
+_ACTIVE: GRPORun | None = None
+_LAST: GRPORun | None = None
+_ACTIVE_LOCK = threading.Lock()
+
+
+def is_main_process() -> bool:
+    """Only rank 0 writes the run log and shows progress under torchrun / accelerate launch."""
+    return int(os.environ.get("RANK", "0") or 0) == 0
+
+
+def in_colab() -> bool:
+    return "google.colab" in sys.modules
+
+
+def in_notebook() -> bool:
+    """True inside a Jupyter kernel (where widgets can be displayed)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+class GRPORun:
+    """A training run: its status, metrics, scored groups and errors, built from its events."""
+
+    def __init__(self, params: GRPOParams, env_name: str, output_dir: Path) -> None:
+        self.params = params
+        self.env_name = env_name
+        self.output_dir = output_dir
+        self.status = "pending"
+        self.phase = "starting"
+        self.reason = ""
+        self.step = 0
+        self.max_steps: int | None = params.max_steps
+        self.history: list[dict[str, Any]] = []
+        self.groups: deque[dict[str, Any]] = deque(maxlen=MAX_GROUPS_IN_MEMORY)
+        self.errors: deque[dict[str, Any]] = deque(maxlen=MAX_ERRORS_IN_MEMORY)
+        self.error_count = 0
+        self.saved: list[str] = []
+        self.events = EventStream()
+        self.events.subscribe(self._on_event)
+        self.dashboard: Any = None
+        self.exception: BaseException | None = None
+        self._stop = threading.Event()
+        self._finished = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __repr__(self) -> str:
+        total = f"/{self.max_steps}" if self.max_steps else ""
+        return f"<GRPORun {self.env_name} on {self.params.model}: {self.status}, step {self.step}{total}, {self.output_dir}>"
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        if self.dashboard is not None:
+            display(self.dashboard)
+        else:
+            print(repr(self))
+
+    @property
+    def run_log(self) -> Path:
+        return self.output_dir / RUN_LOG_NAME
+
+    @property
+    def done(self) -> bool:
+        return self._finished.is_set()
+
+    def stop(self) -> None:
+        """Ask the run to finish its current step, save its weights and log, and end as ``stopped``."""
+        if not self.done:
+            self._stop.set()
+            self.events.emit(StatusChanged(status="stopping", message="finishing the current step"))
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
+    def wait(self, timeout: float | None = None) -> GRPORun:
+        """Wait for the end of the run; re-raise a training failure as ``GRPOMagicError``."""
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f"the run is still {self.status} after {timeout} s")
+        if self.status == "failed":
+            raise GRPOMagicError(f"Training failed: {self.reason}") from self.exception
+        return self
+
+    # ------------------------------------------------------------ state from events
+
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, RunStarted):
+            self.status = "running"
+        elif isinstance(event, StatusChanged):
+            self.phase = event.status
+        elif isinstance(event, StepLogged):
+            self.step = event.step
+            self.max_steps = event.max_steps or self.max_steps
+            self.history.append({"step": event.step, **event.metrics})
+        elif isinstance(event, GroupScored):
+            self.groups.append({
+                "step": event.step, "group": event.group, "prompt": event.prompt,
+                "completions": event.completions, "scores": event.scores, "advantages": event.advantages,
+                "errors": event.errors, "clipped": event.clipped,
+            })
+        elif isinstance(event, EpisodeError):
+            self.error_count += 1
+            self.errors.append({"step": event.step, "index": event.index, "kind": event.kind,
+                                "message": event.message, "traceback": event.traceback})
+        elif isinstance(event, RunFinished):
+            self.status = event.status
+            self.phase = event.status
+            self.reason = event.reason
+            self.saved = list(event.saved)
+
+
+# ---------------------------------------------------------------- checks before any model loads
+
+
+def _check_generation_length(params: GRPOParams, model_path: str) -> None:
+    from .models import model_context_length
+
+    context = model_context_length(model_path)
+    if context and params.rl_max_new_tokens >= context:
+        raise GRPOMagicError(
+            f"rl_max_new_tokens {params.rl_max_new_tokens} does not fit the model's context of {context} tokens "
+            f"(prompt included); use --rl-max-new-tokens below {context}, e.g. {max(1, context // 4)}."
+        )
+
+
+def _check_vllm(params: GRPOParams) -> None:
+    if not params.use_vllm:
+        return
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        raise GRPOMagicError(
+            "--use-vllm needs the vllm package, which is not installed; pip install 'grpo-magic[vllm]' "
+            "on a GPU machine, or drop --use-vllm."
+        )
+    import torch
+
+    if not torch.cuda.is_available():
+        raise GRPOMagicError("--use-vllm needs a CUDA GPU and none is visible here; drop --use-vllm to train without it.")
+
+
+def prepare(params: GRPOParams, env: Any = None) -> tuple[GRPOParams, PreparedEnv, str, Any]:
+    """Validate everything cheap: params, env, model path, tokenizer, dataset and tools."""
+    from .models import load_tokenizer, resolve_model
+
+    params.validate()
+    spec = resolve_env(params, env)
+    model_path = resolve_model(params.model)  # type: ignore[arg-type]
+    _check_generation_length(params, model_path)
+    _check_vllm(params)
+    tokenizer = load_tokenizer(model_path)
+    prepared = prepare_env(spec, tokenizer)
+    return params, prepared, model_path, tokenizer
+
+
+# ---------------------------------------------------------------- the run itself
+
+
+def _emit_scored(run: GRPORun, payloads: list[tuple[BatchRecord, list[float]]], num_generations: int) -> None:
+    """Turn each process's batch record and TRL's advantages into error and group events."""
+    prompts: list[str] = []
+    completions: list[str] = []
+    outcomes = []
+    advantages: list[float] = []
+    step = payloads[0][0].step if payloads else run.step + 1
+    for record, adv in payloads:
+        prompts += record.prompts
+        completions += record.completions
+        outcomes += record.outcomes
+        advantages += adv[: len(record.outcomes)]
+    for index, outcome in enumerate(outcomes):
+        if outcome.error is not None:
+            run.events.emit(EpisodeError(step=step, index=index, kind=outcome.error["kind"],
+                                         message=outcome.error["message"], traceback=outcome.error["traceback"]))
+    for g in range(len(outcomes) // num_generations):
+        sl = slice(g * num_generations, (g + 1) * num_generations)
+        group = outcomes[sl]
+        run.events.emit(GroupScored(
+            step=step, group=g, prompt=prompts[sl.start], completions=completions[sl],
+            scores=[o.score for o in group], advantages=advantages[sl], errors=[o.error for o in group],
+            clipped=[o.clipped for o in group], raw_scores=[o.raw for o in group],
+            latency_s=[round(o.latency_s, 6) for o in group],
+        ))
+
+
+def _oom_hint(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    if "out of memory" in text.lower() or type(exc).__name__ == "OutOfMemoryError":
+        return (
+            f"{text}. The GPU ran out of memory; lower --rl-max-new-tokens, --rl-num-generations or --batch-size "
+            "(or --vllm-gpu-memory-utilization with vLLM), or use --peft."
+        )
+    return text
+
+
+def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path: str, tokenizer: Any,
+             trainer_callbacks: list[Any], resume: bool) -> None:
+    from .models import load_model, lora_config
+    from .trainer import drop_console_callbacks, events_callback, trainer_class
+
+    trainer = None
+    reward: EnvReward | None = None
+    status, reason = "completed", ""
+    totals_at_log = {"episodes": 0, "errors": 0}
+
+    def on_log(step: int, logs: dict[str, Any], max_steps: int, epoch: float | None, elapsed: float) -> None:
+        assert reward is not None
+        episodes = reward.totals["episodes"] - totals_at_log["episodes"]
+        errors = reward.totals["errors"] - totals_at_log["errors"]
+        totals_at_log.update(episodes=reward.totals["episodes"], errors=reward.totals["errors"])
+        run.events.emit(StepLogged(step=step, metrics=logs, max_steps=max_steps, epoch=epoch, elapsed_s=elapsed,
+                                   episode_errors=errors, episodes=episodes))
+
+    def on_train_begin(max_steps: int) -> None:
+        run.max_steps = max_steps
+        run.events.emit(StatusChanged(status="training", message=f"{max_steps} steps"))
+
+    try:
+        run.events.emit(StatusChanged(status="loading model", message=params.model or ""))
+        model = load_model(model_path)
+        config = params.to_grpo_config(str(run.output_dir))
+        reward = EnvReward(prepared.env, workers=params.rl_env_workers, timeout=params.rl_episode_timeout,
+                           max_error_rate=params.rl_max_error_rate)
+        callback = events_callback(on_log=on_log, on_train_begin=on_train_begin, should_stop=lambda: run.stop_requested)
+        trainer = trainer_class()(
+            model=model,
+            reward_funcs=[reward],
+            args=config,
+            train_dataset=prepared.dataset,
+            processing_class=tokenizer,
+            peft_config=lora_config(params.lora_r, params.lora_alpha, model) if params.peft else None,
+            callbacks=[callback, *trainer_callbacks],
+        )
+        drop_console_callbacks(trainer)
+        trainer.grpo_magic_reward = reward
+        trainer.grpo_magic_on_scored = lambda payloads, n: _emit_scored(run, payloads, n)
+        reward.bind(trainer.accelerator.unwrap_model(trainer.model), tokenizer)
+        checkpoint = _last_checkpoint(run.output_dir) if resume else None
+        trainer.train(resume_from_checkpoint=checkpoint)
+        if run.stop_requested:
+            status, reason = "stopped", "stopped on request"
+    except KeyboardInterrupt:
+        status, reason = "stopped", "interrupted (KeyboardInterrupt)"
+    except EnvErrorRateExceeded as exc:
+        status, reason, run.exception = "failed", str(exc), exc
+    except Exception as exc:  # noqa: BLE001 - any failure ends the run cleanly, with its reason kept
+        status, reason, run.exception = "failed", _oom_hint(exc), exc
+    finally:
+        saved: list[str] = []
+        if trainer is not None:
+            try:
+                run.events.emit(StatusChanged(status="saving", message=str(run.output_dir)))
+                trainer.save_model(str(run.output_dir))
+                if is_main_process():
+                    tokenizer.save_pretrained(str(run.output_dir))
+                saved = [str(run.output_dir)]
+            except BaseException as exc:  # noqa: BLE001 - report, never hide the original failure
+                reason = f"{reason}; saving the weights failed too: {type(exc).__name__}: {exc}".lstrip("; ")
+                if status == "completed":
+                    status = "failed"
+        if reward is not None:
+            reward.close()
+        run.events.emit(RunFinished(status=status, reason=reason, output_dir=str(run.output_dir),
+                                    steps=run.step, saved=saved))
+        run._finished.set()
+
+
+def _last_checkpoint(output_dir: Path) -> str | None:
+    checkpoints = sorted(
+        (p for p in output_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
+        key=lambda p: int(p.name.split("-")[-1]),
+    )
+    return str(checkpoints[-1]) if checkpoints else None
+
+
+def _set_aside_old_log(output_dir: Path) -> None:
+    """A new run in a used folder keeps the old run log under another name: nothing is lost."""
+    log = output_dir / RUN_LOG_NAME
+    if log.exists():
+        log.rename(output_dir / f"events-{time.strftime('%Y%m%d-%H%M%S', time.localtime(log.stat().st_mtime))}.jsonl")
+
+
+def train(
+    params: GRPOParams | None = None,
+    env: Any = None,
+    *,
+    blocking: bool = True,
+    callbacks: Iterable[Any] | None = None,
+    display: bool | None = None,
+    resume: bool = False,
+    **overrides: Any,
+) -> GRPORun:
+    """Train with GRPO on an environment; returns the run.
+
+    ``env`` is a registered env's name, an env class or instance (or None to use the params'
+    ``rl_env_module``/``rl_env_class``). ``callbacks`` are event subscribers (callables taking an
+    event) or transformers ``TrainerCallback`` objects. ``display`` shows the live dashboard
+    (default: inside a notebook). Keyword ``overrides`` replace fields of ``params``. A blocking
+    run that fails raises ``GRPOMagicError`` after saving what it can; a background run raises
+    from ``run.wait()``.
+    """
+    global _ACTIVE, _LAST
+    params = (params or GRPOParams()).replace(**overrides) if overrides else (params or GRPOParams())
+    if not isinstance(params, GRPOParams):
+        raise GRPOMagicError(f"train() expects GRPOParams, got {type(params).__name__}.")
+    with _ACTIVE_LOCK:
+        if _ACTIVE is not None and not _ACTIVE.done:
+            raise GRPOMagicError(
+                f"A run is already training ({_ACTIVE.env_name}, step {_ACTIVE.step}); stop it first with "
+                "run.stop() or %grpo_stop, then start the new one."
+            )
+    params, prepared, model_path, tokenizer = prepare(params, env)
+    output_dir = Path(params.project_name).expanduser().resolve()
+
+    run = GRPORun(params, prepared.spec.name, output_dir)
+    subscribers: list[Callable[[Event], None]] = []
+    trainer_callbacks: list[Any] = []
+    for cb in callbacks or ():
+        (trainer_callbacks if hasattr(cb, "on_step_end") else subscribers).append(cb)
+    if is_main_process():
+        output_dir.mkdir(parents=True, exist_ok=True)
+        if not resume:
+            _set_aside_old_log(output_dir)
+        log = RunLog(output_dir)
+        run.events.subscribe(log)
+        run.events.subscribe(lambda e: log.close() if isinstance(e, RunFinished) else None)
+        if display if display is not None else in_notebook():
+            from .dashboard import Dashboard
+            from IPython.display import display as ipy_display
+
+            run.dashboard = Dashboard(on_stop=run.stop, run_log=str(run.run_log))
+            run.events.subscribe(run.dashboard)
+            ipy_display(run.dashboard)
+        for subscriber in subscribers:
+            run.events.subscribe(subscriber)
+
+    with _ACTIVE_LOCK:
+        if _ACTIVE is not None and not _ACTIVE.done:
+            raise GRPOMagicError("A run is already training; stop it first with run.stop() or %grpo_stop.")
+        _ACTIVE = _LAST = run
+    run.events.emit(RunStarted(params=params.to_dict(), env_name=prepared.spec.name, model=params.model or "",
+                               output_dir=str(output_dir), max_steps=params.max_steps))
+    args = (run, params, prepared, model_path, tokenizer, trainer_callbacks, resume)
+    if blocking:
+        _execute(*args)
+        return run.wait()
+    run._thread = threading.Thread(target=_execute, args=args, name="grpo-magic-train", daemon=True)
+    run._thread.start()
+    return run
+
+
+def last_run() -> GRPORun | None:
+    """The most recent run started in this process (also reachable after ``%grpo_train``)."""
+    return _LAST
+
+
+def active_run() -> GRPORun | None:
+    run = _ACTIVE
+    return run if run is not None and not run.done else None
