@@ -244,7 +244,7 @@ class EnvReward:
             if self.is_async:
                 return self._run_async(completions, kwargs_list)
             if self.workers == 1 and self.timeout is None:
-                return [self._run_one(c, kw) for c, kw in zip(completions, kwargs_list)]
+                return [self._run_one(c, kw) for c, kw in zip(completions, kwargs_list, strict=False)]
             return self._run_threads(completions, kwargs_list)
 
     def _run_one(self, completion: str, kwargs: dict[str, Any]) -> EpisodeOutcome:

@@ -52,6 +52,15 @@ def in_colab() -> bool:
     return "google.colab" in sys.modules
 
 
+def _execution_count() -> int | None:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    return getattr(shell, "execution_count", None)
+
+
 def in_notebook() -> bool:
     """True inside a Jupyter kernel (where widgets can be displayed)."""
     try:
@@ -82,6 +91,7 @@ class GRPORun:
         self.events = EventStream()
         self.events.subscribe(self._on_event)
         self.dashboard: Any = None
+        self._shown_in_cell: int | None = None
         self.exception: BaseException | None = None
         self._stop = threading.Event()
         self._finished = threading.Event()
@@ -91,13 +101,20 @@ class GRPORun:
         total = f"/{self.max_steps}" if self.max_steps else ""
         return f"<GRPORun {self.env_name} on {self.params.model}: {self.status}, step {self.step}{total}, {self.output_dir}>"
 
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
+    def show_dashboard(self, display: Callable[[Any], None] | None = None) -> None:
+        """Display the live dashboard (once per notebook cell: see ``_ipython_display_``)."""
+        from IPython.display import display as ipy_display
 
-        if self.dashboard is not None:
-            display(self.dashboard)
-        else:
+        self._shown_in_cell = _execution_count()
+        (display or ipy_display)(self.dashboard)
+
+    def _ipython_display_(self) -> None:
+        # `%grpo_train --run` as a cell's last line both shows the dashboard and returns the run;
+        # showing the same dashboard twice in one cell helps nobody.
+        if self.dashboard is None:
             print(repr(self))
+        elif self._shown_in_cell is None or self._shown_in_cell != _execution_count():
+            self.show_dashboard()
 
     @property
     def run_log(self) -> Path:
@@ -330,8 +347,9 @@ def train(
     *,
     blocking: bool = True,
     callbacks: Iterable[Any] | None = None,
-    display: bool | None = None,
+    display: bool | Callable[[Any], None] | None = None,
     resume: bool = False,
+    raise_on_failure: bool = True,
     **overrides: Any,
 ) -> GRPORun:
     """Train with GRPO on an environment; returns the run.
@@ -339,9 +357,9 @@ def train(
     ``env`` is a registered env's name, an env class or instance (or None to use the params'
     ``rl_env_module``/``rl_env_class``). ``callbacks`` are event subscribers (callables taking an
     event) or transformers ``TrainerCallback`` objects. ``display`` shows the live dashboard
-    (default: inside a notebook). Keyword ``overrides`` replace fields of ``params``. A blocking
-    run that fails raises ``GRPOMagicError`` after saving what it can; a background run raises
-    from ``run.wait()``.
+    (default: inside a notebook; a callable displays it where it likes). Keyword ``overrides``
+    replace fields of ``params``. A blocking run that fails raises ``GRPOMagicError`` after saving
+    what it can (unless ``raise_on_failure`` is False); a background run raises from ``run.wait()``.
     """
     global _ACTIVE, _LAST
     params = (params or GRPOParams()).replace(**overrides) if overrides else (params or GRPOParams())
@@ -370,11 +388,10 @@ def train(
         run.events.subscribe(lambda e: log.close() if isinstance(e, RunFinished) else None)
         if display if display is not None else in_notebook():
             from .dashboard import Dashboard
-            from IPython.display import display as ipy_display
 
             run.dashboard = Dashboard(on_stop=run.stop, run_log=str(run.run_log))
             run.events.subscribe(run.dashboard)
-            ipy_display(run.dashboard)
+            run.show_dashboard(display if callable(display) else None)
         for subscriber in subscribers:
             run.events.subscribe(subscriber)
 
@@ -387,7 +404,7 @@ def train(
     args = (run, params, prepared, model_path, tokenizer, trainer_callbacks, resume)
     if blocking:
         _execute(*args)
-        return run.wait()
+        return run.wait() if raise_on_failure else run
     run._thread = threading.Thread(target=_execute, args=args, name="grpo-magic-train", daemon=True)
     run._thread.start()
     return run

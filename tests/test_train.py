@@ -113,7 +113,7 @@ def test_a_flaky_env_trains_to_the_end_with_every_bad_episode_recorded(in_tmp):
     assert errors and len(errors) == none_scores == run.error_count
     assert {e.kind for e in errors} <= {"ConnectionError", "NaN", "None"}
     for g in groups:  # an error's completion gets no advantage: TRL excludes it
-        for score, adv, err in zip(g.scores, g.advantages, g.errors):
+        for score, adv, err in zip(g.scores, g.advantages, g.errors, strict=False):
             assert (score is None) == (err is not None)
             if score is None:
                 assert adv == 0.0

@@ -1,0 +1,363 @@
+"""The notebook surface: ``%%grpo_env``, ``%grpo_train``, ``%grpo_check`` and friends.
+
+Magics parse their line, turn every mistake into a one-line ``UsageError`` before anything slow
+happens, and call the same Python API as everyone else (``register_env``, ``train``,
+``check_env``). Defaults a user wants for every run are traitlets: ``%config
+GrpoMagics.default_model = "Qwen/Qwen2.5-0.5B-Instruct"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import html
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
+from traitlets import Bool, Unicode
+
+from .cli import ArgumentError, OneLineParser, add_param_arguments, params_from_namespace
+from .env import EnvSpec, get_env, is_env_class, prepare_env, register_env, registered_envs, unregister_env
+from .errors import GRPOMagicError
+from .form import TrainForm, module_name_for
+from .params import GRPOParams
+from .run import active_run, in_colab, last_run, train
+
+
+def _train_parser() -> OneLineParser:
+    parser = OneLineParser(prog="%grpo_train", description="Train with GRPO on a registered env (shows a form "
+                           "unless --run is given).", add_help=False)
+    parser.add_argument("--env", help="name of an env registered with %%grpo_env or register_env()")
+    parser.add_argument("--run", action="store_true", help="start training at once instead of showing the form")
+    parser.add_argument("--blocking", action="store_true",
+                        help="train in the foreground (default: a background thread, so Stop works; Colab: foreground)")
+    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the output folder")
+    add_param_arguments(parser)
+    return parser
+
+
+_JSON_FLAG = re.compile(r"(--config|--rl-env-config)(\s+|=)(?=\{)")
+
+
+def _quote_json_values(line: str) -> str:
+    """Quote an unquoted JSON object after --config/--rl-env-config, as users type it in a cell.
+
+    shlex would eat the JSON's double quotes (``{"a": 1}`` becomes ``{a: 1}``).
+    """
+    out, pos = [], 0
+    for match in _JSON_FLAG.finditer(line):
+        if match.start() < pos:
+            continue
+        start = match.end()
+        depth, in_string, escaped, end = 0, False, False, None
+        for i in range(start, len(line)):
+            ch = line[i]
+            if in_string:
+                escaped = ch == "\\" and not escaped
+                if ch == '"' and not escaped:
+                    in_string = False
+            elif ch == '"':
+                in_string = True
+            elif ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    end = i + 1
+                    break
+        if end is None:
+            break
+        out.append(line[pos:start] + shlex.quote(line[start:end]))
+        pos = end
+    out.append(line[pos:])
+    return "".join(out)
+
+
+def _parse(parser: OneLineParser, line: str) -> argparse.Namespace:
+    try:
+        return parser.parse_args(shlex.split(_quote_json_values(line)))
+    except ValueError as exc:  # unbalanced quotes
+        raise UsageError(f"{parser.prog}: cannot read the line ({exc}); check the quotes.") from None
+    except ArgumentError as exc:
+        raise UsageError(str(exc)) from None
+
+
+@magics_class
+class GrpoMagics(Magics):
+    """GRPO training magics; settings below are traitlets (``%config GrpoMagics``)."""
+
+    default_model = Unicode("tiny", help="Model used when --model is not given (tiny: the offline demo model).").tag(
+        config=True)
+    background = Bool(True, help="Train in a background thread so that Stop works (not on Colab).").tag(config=True)
+    dashboard = Bool(True, help="Show the live dashboard while training.").tag(config=True)
+
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        super().__init__(shell=shell, **kwargs)
+        self.last_params: GRPOParams | None = None
+        self.last_model: str | None = None
+
+    # ------------------------------------------------------------ %%grpo_env
+
+    @no_var_expand
+    @cell_magic
+    def grpo_env(self, line: str, cell: str) -> EnvSpec:
+        """Register the environment class this cell defines: %%grpo_env [NAME] [--config JSON]
+
+        The cell runs in your namespace (the class stays usable as a normal name). The class with
+        build_dataset and score_episode is registered; NAME picks one when the cell defines
+        several. Re-running the cell replaces the registration.
+        """
+        parser = OneLineParser(prog="%%grpo_env", add_help=False)
+        parser.add_argument("name", nargs="?")
+        parser.add_argument("--config", default=None)
+        args = _parse(parser, line)
+        problem = GRPOParams.check_value("rl_env_config", args.config)
+        if problem:
+            raise UsageError(problem.replace("rl_env_config (--rl-env-config)", "--config"))
+        code = self.shell.transform_cell(cell)
+        try:
+            tree = ast.parse(code)
+        except SyntaxError as exc:
+            raise UsageError(f"The %%grpo_env cell has a syntax error at line {exc.lineno}: {exc.msg}.") from None
+        class_names = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
+        filename = self.shell.compile.cache(code)  # so that tracebacks from the env show the cell's lines
+        try:
+            exec(compile(code, filename, "exec"), self.shell.user_ns)  # noqa: S102 - the user's own cell, their namespace
+        except Exception as exc:  # noqa: BLE001
+            raise UsageError(f"The %%grpo_env cell raised {type(exc).__name__}: {exc}.") from None
+        classes = {n: self.shell.user_ns[n] for n in class_names if n in self.shell.user_ns}
+        candidates = {n: c for n, c in classes.items() if is_env_class(c)}
+        cls = self._pick_class(args.name, classes, candidates)
+        name = args.name or cls.__name__
+        previous = registered_envs().get(name)
+        try:
+            spec = register_env(cls, name, config=args.config, source="cell", code=cell)
+            self._summary(spec)  # builds and checks the dataset: a bad env is not kept registered
+        except GRPOMagicError as exc:
+            unregister_env(name)
+            if previous is not None:
+                register_env(previous.cls, name, config=previous.config, source=previous.source, code=previous.code)
+            raise UsageError(str(exc)) from None
+        return spec
+
+    @staticmethod
+    def _pick_class(name: str | None, classes: dict[str, type], candidates: dict[str, type]) -> type:
+        if name and name in candidates:
+            return candidates[name]
+        if name and name in classes:
+            missing = [m for m in ("build_dataset", "score_episode") if not callable(getattr(classes[name], m, None))]
+            raise UsageError(f"Class {name} has no {missing[0]}() method; an environment needs build_dataset and "
+                             "score_episode.")
+        if len(candidates) == 1:
+            return next(iter(candidates.values()))
+        if len(candidates) > 1:
+            raise UsageError(f"The cell defines {len(candidates)} environment classes ({', '.join(candidates)}); "
+                             f"name the one to register: %%grpo_env {next(iter(candidates))}.")
+        if classes:
+            first = next(iter(classes.values()))
+            missing = [m for m in ("build_dataset", "score_episode") if not callable(getattr(first, m, None))]
+            raise UsageError(f"Class {first.__name__} has no {missing[0]}() method; an environment needs "
+                             "build_dataset(self, tokenizer) and score_episode(self, model, tokenizer, completion, ...).")
+        raise UsageError("The %%grpo_env cell defines no class; define a class with build_dataset(self, tokenizer) "
+                         "and score_episode(self, model, tokenizer, completion, ...).")
+
+    def _summary(self, spec: EnvSpec) -> None:
+        """Build the dataset once (which validates it) and show what the env gives the model."""
+        from IPython.display import HTML, display
+
+        from .env import ENV_PROMPT_COLUMN, prompt_text
+        from .models import load_tokenizer, resolve_model
+
+        # The tokenizer of the model last used, else the default, else tiny: a summary never fails on a model.
+        for model in dict.fromkeys(m for m in (self.last_model, self.default_model, "tiny") if m):
+            try:
+                tokenizer = load_tokenizer(resolve_model(model))
+                break
+            except GRPOMagicError:
+                continue
+        prepared = prepare_env(spec, tokenizer)
+        data = prepared.dataset
+        columns = [c for c in data.column_names if c != ENV_PROMPT_COLUMN]
+        first = data[0]["prompt"]
+        if not isinstance(first, str):
+            first = tokenizer.apply_chat_template(first, add_generation_prompt=True, tokenize=False)
+        tools = ", ".join(t.get("function", t).get("name", "?") for t in prepared.tools) or "none"
+        config = json.dumps(spec.config) if spec.config else "{}"
+        original = prompt_text(data[0].get(ENV_PROMPT_COLUMN, data[0]["prompt"]))
+        display(HTML(
+            f"<div class='grpo-env-summary'><b>registered env {html.escape(spec.name)}</b> "
+            f"(class {html.escape(spec.cls.__name__ if spec.cls else spec.name)}, config {html.escape(config)})<br>"
+            f"dataset: {len(data)} prompts, columns: {html.escape(', '.join(columns))}<br>tools: {html.escape(tools)}"
+            f"<details><summary>first prompt as the model sees it ({html.escape(model)} tokenizer)</summary>"
+            f"<pre style='white-space:pre-wrap'>{html.escape(first)}</pre></details>"
+            f"<!-- {html.escape(original[:80])} --></div>"
+        ))
+
+    # ------------------------------------------------------------ %grpo_train
+
+    @no_var_expand
+    @line_magic
+    def grpo_train(self, line: str = "") -> Any:
+        """Show the GRPO parameter form, or train at once with --run; returns the run (or the form)."""
+        args = _parse(_train_parser(), line)
+        base = GRPOParams(model=self.default_model or None)
+        try:
+            params = params_from_namespace(args, base)
+        except GRPOMagicError as exc:
+            raise UsageError(str(exc)) from None
+        env_name = self._env_name(args.env, params)
+        self.last_params = params
+        if not args.run:
+            return TrainForm(params, env_name, start=self._start_from_form)
+        problems = params.problems()
+        if problems:
+            raise UsageError(problems[0][1])
+        blocking = args.blocking or in_colab() or not self.background
+        try:
+            return self._start(params, env_name, blocking=blocking, resume=args.resume)
+        except GRPOMagicError as exc:
+            raise UsageError(str(exc)) from None
+
+    def _env_name(self, name: str | None, params: GRPOParams) -> str | None:
+        if name:
+            try:
+                get_env(name)
+            except GRPOMagicError as exc:
+                raise UsageError(str(exc)) from None
+            return name
+        if params.rl_env_module or params.rl_env_class:
+            return None
+        envs = list(registered_envs())
+        if len(envs) == 1:
+            return envs[0]
+        if not envs:
+            raise UsageError("No environment: define one in a %%grpo_env cell, or pass --rl-env-module and "
+                             "--rl-env-class.")
+        raise UsageError(f"Several environments are registered ({', '.join(envs)}); pick one with --env NAME.")
+
+    def _start(self, params: GRPOParams, env_name: str | None, *, blocking: bool, resume: bool = False,
+               display: Any = None) -> Any:
+        self.last_model = params.model
+        run = train(params, env_name, blocking=blocking, display=display if display is not None else self.dashboard,
+                    resume=resume, raise_on_failure=False)
+        return run
+
+    def _start_from_form(self, params: GRPOParams, env_name: str | None, show: Any) -> Any:
+        self.last_params = params
+        return self._start(params, env_name, blocking=in_colab() or not self.background, display=show)
+
+    # ------------------------------------------------------------ %grpo_check
+
+    @no_var_expand
+    @line_magic
+    def grpo_check(self, line: str = "") -> Any:
+        """Pre-flight an env: %grpo_check ENV [--model M] [--samples K] [--rl-num-generations N]"""
+        parser = OneLineParser(prog="%grpo_check", add_help=False)
+        parser.add_argument("env", nargs="?")
+        parser.add_argument("--model", default=None)
+        parser.add_argument("--samples", type=int, default=8)
+        parser.add_argument("--rl-num-generations", dest="num_generations", type=int, default=4)
+        parser.add_argument("--rl-max-new-tokens", dest="max_new_tokens", type=int, default=32)
+        args = _parse(parser, line)
+        if args.samples < 1:
+            raise UsageError(f"--samples must be at least 1, got {args.samples}.")
+        env_name = self._env_name(args.env, GRPOParams())
+        from .check import check_env
+
+        model = args.model or self.last_model or self.default_model
+        try:
+            report = check_env(env_name, model=model, samples=args.samples, num_generations=args.num_generations,
+                               max_new_tokens=args.max_new_tokens)
+        except GRPOMagicError as exc:
+            raise UsageError(str(exc)) from None
+        return report
+
+    # ------------------------------------------------------------ %grpo_envs, %grpo_stop, %grpo_export
+
+    @line_magic
+    def grpo_envs(self, line: str = "") -> dict[str, EnvSpec]:
+        """List the registered environments: name, source and config."""
+        envs = registered_envs()
+        if not envs:
+            print("No environment registered; define one in a %%grpo_env cell.")
+        for name, spec in envs.items():
+            where = "cell" if spec.source == "cell" else spec.module or spec.source
+            print(f"{name}: class {spec.cls.__name__ if spec.cls else '?'} from {where}, "
+                  f"config {json.dumps(spec.config)}")
+        return envs
+
+    @line_magic
+    def grpo_stop(self, line: str = "") -> Any:
+        """Stop the training run: it finishes its step, saves weights and log, and ends as stopped."""
+        run = active_run()
+        if run is None:
+            print("No run is training.")
+            return None
+        run.stop()
+        print(f"Stopping {run.env_name} after the current step; weights and log go to {run.output_dir}.")
+        return run
+
+    @no_var_expand
+    @line_magic
+    def grpo_export(self, line: str = "") -> Path:
+        """Write a cell env as an importable module: %grpo_export ENV --to FILE [--force]"""
+        parser = OneLineParser(prog="%grpo_export", add_help=False)
+        parser.add_argument("env", nargs="?")
+        parser.add_argument("--to", default=None)
+        parser.add_argument("--force", action="store_true")
+        args = _parse(parser, line)
+        name = self._env_name(args.env, GRPOParams())
+        spec = get_env(name)  # type: ignore[arg-type]
+        if spec.code is None:
+            raise UsageError(f"{spec.name} was not defined in a %%grpo_env cell (it comes from {spec.module}); "
+                             "it is importable already.")
+        target = Path(args.to or f"{module_name_for(spec.name)}.py")
+        if target.suffix != ".py":
+            raise UsageError(f"--to must name a .py file, got {target}; e.g. --to {module_name_for(spec.name)}.py.")
+        if not target.stem.isidentifier():
+            raise UsageError(f"{target.name} is not an importable module name; use letters, digits and underscores.")
+        if target.exists() and not args.force:
+            raise UsageError(f"{target} exists; pass --force to overwrite it.")
+        header = (f'"""Environment {spec.name}, exported from a notebook by %grpo_export."""\n\n'
+                  "from datasets import Dataset  # noqa: F401 - the usual import of env cells\n\n")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(header + spec.code.strip() + "\n", encoding="utf-8")
+        params = (self.last_params or GRPOParams(model=self.default_model or None)).replace(
+            rl_env_module=target.stem, rl_env_class=spec.cls.__name__ if spec.cls else spec.name,
+            rl_env_config=json.dumps(spec.config) if spec.config else None)
+        command = params.to_command()
+        print(f"wrote {target}\nrun it from {target.parent.resolve()}:\n  {command}\n"
+              f"on several GPUs:\n  {command.replace('grpo-magic train', 'accelerate launch -m grpo_magic train', 1)}")
+        return target
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    magics = GrpoMagics(shell=ipython)
+    ipython.register_magics(magics)
+    if magics not in ipython.configurables:
+        ipython.configurables.append(magics)  # so that %config GrpoMagics.default_model = ... works
+    GrpoMagics.grpo_train.__doc__ = _train_help()
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    registered = ipython.magics_manager.registry.pop("GrpoMagics", None)
+    for kind, names in GrpoMagics.magics.items():
+        for name in names:
+            ipython.magics_manager.magics[kind].pop(name, None)
+    if registered in ipython.configurables:
+        ipython.configurables.remove(registered)
+
+
+def _train_help() -> str:
+    return ("Show the GRPO parameter form, or train at once with --run; returns the run.\n\n"
+            "Examples:\n  run = %grpo_train --env HotelEnv --model tiny --run\n  %grpo_train --env HotelEnv\n\n"
+            + _train_parser().format_help())
+
+
+# last_run is part of the notebook story too: `grpo_magic.last_run()` after `%grpo_train`.
+__all__ = ["GrpoMagics", "last_run", "load_ipython_extension", "unload_ipython_extension"]
