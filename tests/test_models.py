@@ -1,0 +1,308 @@
+"""The offline tiny model, model resolution, loading and the LoRA config, on real objects."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Any
+
+import pytest
+
+from grpo_magic import models
+from grpo_magic.errors import GRPOMagicError
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "search_rooms",
+            "description": "Search free rooms in a city.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    }
+]
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_path: str) -> Any:
+    return models.load_tokenizer(tiny_path)
+
+
+@pytest.fixture(scope="module")
+def model(tiny_path: str) -> Any:
+    return models.load_model(tiny_path)
+
+
+# ---------------------------------------------------------------- building and caching tiny
+
+
+def test_tiny_is_built_once_then_returned_from_the_cache(tiny_path: str) -> None:
+    start = time.perf_counter()
+    again = models.tiny_model_path()
+    assert time.perf_counter() - start < 0.5
+    assert str(again) == tiny_path
+    assert again.name == models.TINY_VERSION
+    for name in ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "chat_template.jinja"):
+        assert (again / name).is_file(), name
+
+
+def test_tiny_build_is_deterministic(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    built = []
+    for name in ("one", "two"):
+        monkeypatch.setenv("GRPO_MAGIC_CACHE", str(tmp_path / name))
+        assert models.cache_dir() == tmp_path / name
+        built.append(models.tiny_model_path())
+    for file in ("model.safetensors", "tokenizer.json", "config.json"):
+        assert (built[0] / file).read_bytes() == (built[1] / file).read_bytes(), file
+
+
+def test_a_build_that_loses_the_race_keeps_the_winners_folder(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process renames its complete build into place while ours is still building."""
+    monkeypatch.setenv("GRPO_MAGIC_CACHE", str(tmp_path))
+    final = tmp_path / models.TINY_VERSION
+    real_build = models._build_tiny
+
+    def build_while_another_process_finishes_first(dest: pathlib.Path) -> None:
+        other = tmp_path / "other-process"
+        other.mkdir()
+        real_build(other)
+        os.rename(other, final)
+        real_build(dest)
+
+    monkeypatch.setattr(models, "_build_tiny", build_while_another_process_finishes_first)
+    assert models.tiny_model_path() == final
+    assert models._tiny_ready(final)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [models.TINY_VERSION]  # our temp copy is gone
+
+
+def test_tiny_loads_with_from_pretrained(tiny_path: str) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_path)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_path)
+    assert isinstance(model, Qwen2ForCausalLM)
+    assert model.config.vocab_size == len(tokenizer)
+    assert model.config.max_position_embeddings == 2048
+    assert tokenizer.padding_side == "left"
+    assert tokenizer.pad_token == "<|endoftext|>"
+    assert tokenizer.eos_token == "<|im_end|>"
+    assert tokenizer.eos_token_id in model.generation_config.eos_token_id
+    assert model.generation_config.pad_token_id == tokenizer.pad_token_id
+    assert model.generation_config.do_sample is True
+
+
+def test_load_tokenizer_and_load_model(tok: Any, model: Any, tiny_path: str) -> None:
+    import torch
+
+    assert tok.padding_side == "left" and tok.pad_token is not None
+    assert model.dtype == (torch.bfloat16 if models.supports_bf16() else torch.float32)
+    assert model.name_or_path == tiny_path  # TRL reloads the reference model from here when beta > 0
+    assert type(models.load_model(models.TINY, peft=True)).__name__ == "Qwen2ForCausalLM"  # not peft-wrapped
+
+
+def test_supports_bf16_follows_the_hardware() -> None:
+    import torch
+
+    assert models.supports_bf16() == bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+
+# ---------------------------------------------------------------- tokenizer and chat template
+
+
+def test_chat_template_renders_tools_and_the_generation_prompt(tok: Any) -> None:
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tools=TOOLS, tokenize=False, add_generation_prompt=True
+    )
+    assert "search_rooms" in text
+    assert "<tools>" in text and "</tools>" in text
+    assert text.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_chat_template_renders_a_tool_call_conversation(tok: Any) -> None:
+    messages = [
+        {"role": "system", "content": "Book hotels."},
+        {"role": "user", "content": "A room in Paris?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": "search_rooms", "arguments": {"city": "Paris"}}}],
+        },
+        {"role": "tool", "name": "search_rooms", "content": '{"rooms": [12]}'},
+    ]
+    text = tok.apply_chat_template(messages, tools=TOOLS, tokenize=False, add_generation_prompt=True)
+    assert text.startswith("<|im_start|>system\nBook hotels.")
+    assert '<tool_call>\n{"name": "search_rooms", "arguments": {"city": "Paris"}}\n</tool_call>' in text
+    assert '<|im_start|>user\n<tool_response>\n{"rooms": [12]}\n</tool_response><|im_end|>' in text
+
+
+def test_trl_recognises_the_template_for_tool_calling(tok: Any) -> None:
+    from trl.chat_template_utils import qwen2_5_chat_template, supports_tool_calling
+
+    assert tok.chat_template == qwen2_5_chat_template
+    assert supports_tool_calling(tok)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "How many r's are in strawberry? s t r a w b e r r y -> 3",
+        '<tool_call>\n{"name": "search_rooms", "arguments": {"city": "París", "guests": 2}}\n</tool_call>',
+        "  spaces,\ttabs\n\nnewlines 12345 and ünïcödé 日本",
+    ],
+)
+def test_decoding_round_trips_text(tok: Any, text: str) -> None:
+    ids = tok(text)["input_ids"]
+    assert tok.decode(ids) == text
+    assert tok.decode(ids, skip_special_tokens=True) == text  # the tool-call tags are not special
+
+
+def test_special_tokens_are_single_tokens(tok: Any) -> None:
+    for token in ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"):
+        assert len(tok(token)["input_ids"]) == 1, token
+
+
+def test_sampling_gives_varied_completions(tok: Any, model: Any) -> None:
+    import torch
+
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "Count the letters in apple."}], tokenize=False, add_generation_prompt=True
+    )
+    batch = tok([prompt] * 8, return_tensors="pt")
+    torch.manual_seed(0)
+    out = model.generate(**batch, do_sample=True, max_new_tokens=12)
+    completions = tok.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+    assert len(set(completions)) > 1
+
+
+def test_a_tokenizer_without_pad_or_eos_gets_a_pad_and_the_model_is_resized(
+    tok: Any, tiny_path: str, tmp_path: pathlib.Path
+) -> None:
+    import torch
+
+    for special in ("pad", "eos"):
+        setattr(tok, f"{special}_token", None)
+        tok.save_pretrained(tmp_path / f"no-{special}")
+        if special == "pad":
+            assert models.load_tokenizer(str(tmp_path / "no-pad")).pad_token == "<|im_end|>"
+    tok.pad_token, tok.eos_token = "<|endoftext|>", "<|im_end|>"  # restore the shared fixture
+
+    bare = models.load_tokenizer(str(tmp_path / "no-eos"))
+    assert bare.pad_token is not None and bare.pad_token_id == len(bare) - 1
+    resized = models.load_model(tiny_path, tokenizer=bare)
+    assert resized.get_input_embeddings().weight.shape[0] == len(bare)
+    with torch.no_grad():
+        resized(**bare(["hi", "a longer prompt"], return_tensors="pt", padding=True))
+
+
+# ---------------------------------------------------------------- resolve_model
+
+
+def test_resolve_tiny_and_local_folders(tiny_path: str) -> None:
+    assert models.resolve_model("tiny") == tiny_path
+    assert models.resolve_model(tiny_path) == tiny_path
+
+
+@pytest.mark.parametrize("name", ["/no/such/model", "./no-such-model", "../no-such-model", "~/no-such-model", "a/b/c"])
+def test_a_missing_local_path_is_named_in_the_error(name: str) -> None:
+    start = time.perf_counter()
+    with pytest.raises(GRPOMagicError, match="does not exist") as info:
+        models.resolve_model(name)
+    assert f"'{name}'" in str(info.value)
+    assert time.perf_counter() - start < 1
+
+
+def test_a_file_is_not_a_model_folder(tiny_path: str) -> None:
+    with pytest.raises(GRPOMagicError, match="is a file, not a folder"):
+        models.resolve_model(os.path.join(tiny_path, "config.json"))
+
+
+def test_an_unknown_hub_id_offline_fails_fast_with_one_clear_sentence(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    start = time.perf_counter()
+    with pytest.raises(GRPOMagicError) as info:
+        models.resolve_model("nobody-here/no-such-model-3f9a")
+    assert time.perf_counter() - start < 2
+    message = str(info.value)
+    assert "'nobody-here/no-such-model-3f9a' was not found" in message
+    assert "tiny" in message and "\n" not in message
+
+
+def test_a_hub_id_in_the_local_cache_resolves_offline(tmp_path: pathlib.Path) -> None:
+    """The HF cache location is read when huggingface_hub is imported, so this runs in a fresh process."""
+    snapshot = tmp_path / "hub" / "models--some-org--some-model" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(json.dumps({"model_type": "llama", "max_position_embeddings": 4096}))
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("abc123")
+    code = textwrap.dedent(
+        """
+        from grpo_magic.models import model_context_length, resolve_model
+        print(resolve_model("some-org/some-model"), model_context_length("some-org/some-model"))
+        """
+    )
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["some-org/some-model", "4096"]
+
+
+def test_importing_models_stays_light() -> None:
+    code = "import sys, grpo_magic.models; print(sorted({'torch', 'transformers', 'peft', 'trl'} & set(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------- context length
+
+
+def test_context_length_of_tiny() -> None:
+    assert models.model_context_length(models.TINY) == 2048
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ({"n_positions": 1024}, 1024),
+        ({"model_type": "llava", "text_config": {"max_position_embeddings": 8192}}, 8192),
+        ({"model_type": "mystery"}, None),
+    ],
+)
+def test_context_length_from_the_config_alone(tmp_path: pathlib.Path, config: dict, expected: int | None) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert models.model_context_length(str(tmp_path)) == expected
+
+
+# ---------------------------------------------------------------- LoRA
+
+
+def test_lora_config_targets_attention_and_mlp_of_tiny(model: Any) -> None:
+    import peft
+
+    cfg = models.lora_config(8, 16, model)
+    assert set(cfg.target_modules) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    assert (cfg.r, cfg.lora_alpha, cfg.lora_dropout) == (8, 16, 0.05)
+    assert cfg.task_type == peft.TaskType.CAUSAL_LM
+    assert models.lora_config(8, 16).target_modules == "all-linear"
+
+
+def test_peft_wraps_tiny_with_the_config(tiny_path: str) -> None:
+    import peft
+    import torch
+
+    base = models.load_model(tiny_path)
+    wrapped = peft.get_peft_model(base, models.lora_config(4, 8, base))
+    trainable = [name for name, p in wrapped.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in name for name in trainable)
+    out = wrapped(input_ids=torch.tensor([[1, 5, 7]]), labels=torch.tensor([[1, 5, 7]]))
+    out.loss.backward()
