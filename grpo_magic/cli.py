@@ -42,9 +42,9 @@ def add_param_arguments(parser: argparse.ArgumentParser) -> None:
             group.add_argument(GRPOParams.flag(f.name), action=argparse.BooleanOptionalAction, **kwargs)
             continue
         kwargs["type"] = kind
-        if "choices" in meta:
-            kwargs["choices"] = list(meta["choices"])
-        kwargs["metavar"] = f.name.split("_")[-1].upper() if "choices" not in meta else None
+        # Choices are listed in the help but checked by GRPOParams, so every surface words them alike.
+        choices = meta.get("choices")
+        kwargs["metavar"] = "{" + ",".join(choices) + "}" if choices else f.name.split("_")[-1].upper()
         group.add_argument(GRPOParams.flag(f.name), **kwargs)
 
 
@@ -100,6 +100,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc), code=1)
     if is_main_process():
         print(f"{PROG}: {run.status} after {run.step} steps; weights and run log in {run.output_dir}", file=sys.stderr)
+        rewards = [h["reward"] for h in run.history if h.get("reward") is not None]
+        if len(rewards) >= 2:
+            tail = rewards[-5:]
+            print(f"{PROG}: mean reward {rewards[0]:.3f} at step 1 -> {sum(tail) / len(tail):.3f} over the last "
+                  f"{len(tail)} steps", file=sys.stderr)
     return 0 if run.status == "completed" else 130
 
 

@@ -278,7 +278,7 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
 
     try:
         run.events.emit(StatusChanged(status="loading model", message=params.model or ""))
-        model = load_model(model_path)
+        model = load_model(model_path, tokenizer=tokenizer)  # resizes embeddings if a pad token was added
         config = params.to_grpo_config(str(run.output_dir))
         reward = EnvReward(prepared.env, workers=params.rl_env_workers, timeout=params.rl_episode_timeout,
                            max_error_rate=params.rl_max_error_rate)

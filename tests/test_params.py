@@ -18,7 +18,7 @@ BAD_PARAMS = [
     ({"rl_num_generations": 1}, ["--rl-num-generations", "1"], ["rl_num_generations", "at least 2"]),
     ({"batch_size": 6}, ["--batch-size", "6"], ["not divisible by rl_num_generations 4", "--batch-size 4 or 8"]),
     ({"lr": 0.0}, ["--lr", "0"], ["lr", "greater than 0"]),
-    ({"lr": -1e-5}, ["--lr", "-1e-5"], ["lr", "greater than 0"]),
+    ({"lr": -1e-5}, ["--lr=-1e-5"], ["lr", "greater than 0"]),
     ({"rl_top_p": 0.0}, ["--rl-top-p", "0"], ["rl_top_p", "greater than 0"]),
     ({"rl_top_p": 1.5}, ["--rl-top-p", "1.5"], ["rl_top_p", "at most 1"]),
     ({"rl_temperature": 0.0}, ["--rl-temperature", "0"], ["rl_temperature", "greater than 0"]),
