@@ -1,0 +1,216 @@
+"""Terminal progress for the CLI: a subscriber of the run's event stream that writes plain text.
+
+One progress line per logged step (updated in place with a carriage return on a TTY, one line
+per step otherwise, so that logs and CI output stay readable), a short look at the latest
+group(s) every few steps, status changes, the first error of each kind, and the final line.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import threading
+from typing import Any, TextIO
+
+from grpo_magic.events import (
+    EpisodeError,
+    Event,
+    GroupScored,
+    RunFinished,
+    RunStarted,
+    StatusChanged,
+    StepLogged,
+)
+
+_BAR_WIDTH = 20
+
+
+def format_duration(seconds: float | None) -> str:
+    """``m:ss``, or ``h:mm:ss`` past an hour; ``-`` when unknown."""
+    if seconds is None or seconds != seconds or seconds < 0:
+        return "-"
+    s = int(round(seconds))
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def progress_bar(done: int, total: int, width: int = _BAR_WIDTH) -> str:
+    """``[=====>    ]``: the head marks where the run is."""
+    if total <= 0:
+        return ""
+    frac = min(max(done / total, 0.0), 1.0)
+    filled = int(frac * width)
+    if filled >= width:
+        return "[" + "=" * width + "]"
+    head = ">" if done > 0 else " "
+    return "[" + "=" * max(filled - 1, 0) + (head if filled else " ") + " " * (width - max(filled, 1)) + "]"
+
+
+def shorten(text: str, width: int) -> str:
+    """One line of at most ``width`` characters: newlines become ``⏎``, the rest is cut with ``…``."""
+    one_line = " ⏎ ".join(part.strip() for part in str(text).strip().splitlines() if part.strip())
+    one_line = " ".join(one_line.split())
+    if len(one_line) <= width:
+        return one_line
+    return one_line[: max(width - 1, 1)] + "…"
+
+
+def _num(value: Any, fmt: str) -> str | None:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return format(f, fmt) if f == f else None
+
+
+class TerminalProgress:
+    """Writes the run's progress to a text stream (``sys.stderr`` by default).
+
+    ``summary_every``: every that many steps, show ``groups_shown`` of the latest step's groups
+    (prompt and completions shortened to one line each, with score and advantage); 0 turns it off.
+    """
+
+    def __init__(self, stream: TextIO | None = None, summary_every: int = 5, groups_shown: int = 1) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.summary_every = summary_every
+        self.groups_shown = groups_shown
+        try:
+            self.tty = bool(self.stream.isatty())
+        except (AttributeError, ValueError):
+            self.tty = False
+        self._lock = threading.Lock()
+        self._open_line = False  # a TTY progress line waits to be overwritten or ended
+        self._start: float | None = None
+        self._train_start: float | None = None
+        self._max_steps: int | None = None
+        self._groups: list[GroupScored] = []
+        self._groups_step: int | None = None
+        self._error_kinds: set[str] = set()
+        self._last_step = 0
+
+    # ---- output helpers -----------------------------------------------------------------
+
+    def _width(self) -> int:
+        return shutil.get_terminal_size((100, 24)).columns if self.tty else 100
+
+    def _write_line(self, text: str) -> None:
+        """A whole line, ending the in-place progress line first."""
+        if self._open_line:
+            self.stream.write("\n")
+            self._open_line = False
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def _write_progress(self, text: str) -> None:
+        if self.tty:
+            width = self._width()
+            self.stream.write("\r" + text[: width - 1].ljust(width - 1))
+            self._open_line = True
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    # ---- the subscriber -----------------------------------------------------------------
+
+    def __call__(self, event: Event) -> None:
+        with self._lock:
+            if isinstance(event, RunStarted):
+                self._start = event.time
+                self._max_steps = event.max_steps
+                self._write_line(f"grpo: {event.env_name} on {event.model} -> {event.output_dir}")
+            elif isinstance(event, StatusChanged):
+                if event.status == "training" and self._train_start is None:
+                    self._train_start = event.time
+                message = f" ({event.message})" if event.message else ""
+                self._write_line(f"grpo: {event.status}{message}")
+            elif isinstance(event, EpisodeError):
+                if event.kind not in self._error_kinds:
+                    self._error_kinds.add(event.kind)
+                    self._write_line(
+                        f"grpo: episode error {event.kind} at step {event.step}: "
+                        f"{shorten(event.message, self._width() - 40)} (no reward for that completion; "
+                        "further errors of this kind are counted on the progress line)"
+                    )
+            elif isinstance(event, GroupScored):
+                if event.step != self._groups_step:
+                    self._groups, self._groups_step = [], event.step
+                if len(self._groups) < max(self.groups_shown, 0):
+                    self._groups.append(event)
+            elif isinstance(event, StepLogged):
+                self._on_step(event)
+            elif isinstance(event, RunFinished):
+                self._on_finished(event)
+
+    def _on_step(self, event: StepLogged) -> None:
+        if self._start is None:
+            self._start = event.time
+        if self._train_start is None:
+            self._train_start = self._start
+        if event.max_steps:
+            self._max_steps = event.max_steps
+        self._last_step = event.step
+        self._write_progress(self.progress_line(event))
+        if self.summary_every > 0 and self._groups and event.step % self.summary_every == 0:
+            for group in self._groups:
+                for line in self.group_summary(group):
+                    self._write_line(line)
+            self._groups = []
+
+    def progress_line(self, event: StepLogged) -> str:
+        """``step 12/40 [=====>    ] reward 0.43 ±0.12 kl 0.003 err 0/16 elapsed 0:12 eta 0:28``."""
+        total = self._max_steps or 0
+        parts = [f"step {event.step}/{total}" if total else f"step {event.step}"]
+        if total:
+            parts.append(progress_bar(event.step, total))
+        m = event.metrics
+        reward = _num(m.get("reward"), ".2f")
+        if reward is not None:
+            std = _num(m.get("reward_std"), ".2f")
+            parts.append(f"reward {reward}" + (f" ±{std}" if std is not None else ""))
+        kl = _num(m.get("kl"), ".3g")
+        if kl is not None:
+            parts.append(f"kl {kl}")
+        parts.append(f"err {event.episode_errors}/{event.episodes}")
+        elapsed = event.elapsed_s
+        if elapsed is None and self._start is not None:
+            elapsed = event.time - self._start
+        parts.append(f"elapsed {format_duration(elapsed)}")
+        if total and event.step > 0 and self._train_start is not None:
+            per_step = (event.time - self._train_start) / event.step
+            parts.append(f"eta {format_duration(per_step * max(total - event.step, 0))}")
+        return " ".join(parts)
+
+    def group_summary(self, group: GroupScored) -> list[str]:
+        """The group in a few lines: its prompt, then each completion with score and advantage."""
+        width = self._width()
+        mean = _num(group.mean, ".2f")
+        std = _num(group.std, ".2f")
+        stats = f"mean {mean} std {std}" if mean is not None else "no valid score"
+        if group.zero_variance:
+            stats += " (all scores equal: no learning signal)"
+        head = f"  step {group.step} group {group.group} ({stats}) prompt: "
+        lines = [head + shorten(group.prompt, max(width - len(head), 20))]
+        for i, completion in enumerate(group.completions):
+            score = group.scores[i] if i < len(group.scores) else None
+            adv = group.advantages[i] if i < len(group.advantages) else None
+            error = group.errors[i] if i < len(group.errors) else None
+            score_text = "err " if score is None else f"{float(score):.2f}"
+            adv_text = f"{float(adv):+.2f}" if adv is not None else "  -  "
+            mark = ""
+            if error:
+                mark = f" [{error.get('kind', 'error')}]"
+            elif i < len(group.clipped) and group.clipped[i]:
+                mark = " [clipped]"
+            prefix = f"    {score_text} A {adv_text}{mark} "
+            lines.append(prefix + shorten(completion, max(width - len(prefix), 20)))
+        return lines
+
+    def _on_finished(self, event: RunFinished) -> None:
+        steps = event.steps or self._last_step
+        text = f"grpo: run {event.status} after {steps} step{'s' if steps != 1 else ''}"
+        if event.reason:
+            text += f": {event.reason}"
+        if event.output_dir:
+            text += f" (output: {event.output_dir})"
+        self._write_line(text)
