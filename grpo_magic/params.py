@@ -324,6 +324,16 @@ def _divisibility_message(batch_size: int, accumulation: int, processes: int, n:
     )
 
 
+def markdown_table() -> str:
+    """The parameter table of the README, generated from the metadata (a test keeps them equal)."""
+    rows = ["| parameter | CLI flag | default | section | what it does |", "|---|---|---|---|---|"]
+    for f in GRPOParams.fields():
+        default = "required" if f.metadata.get("required") else ("" if f.default is None else f"`{f.default}`")
+        rows.append(f"| `{f.name}` | `{GRPOParams.flag(f.name)}` | {default} | {f.metadata['group']} | "
+                    f"{f.metadata['help'].replace('|', '/')} |")
+    return "\n".join(rows)
+
+
 def params_from_dict(values: dict[str, Any]) -> GRPOParams:
     """Build params from a dict, naming an unknown key instead of raising ``TypeError``."""
     names = {f.name for f in GRPOParams.fields()}

@@ -230,3 +230,30 @@ def test_load_ext_stays_light():
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["[]", "False"]
+
+
+def test_grpo_check_magic_reports_equal_scores_and_errors_without_raising(shell):
+    _env_cell(shell, score="0.5")
+    report = shell.run_line_magic("grpo_check", "CountEnv --samples 2 --rl-max-new-tokens 4")
+    assert report.zero_variance_groups == 2 and not report.ready
+    assert any("equal scores" in w for w in report.warnings)
+    _env_cell(shell, score="1 / 0")
+    report = shell.run_line_magic("grpo_check", "CountEnv --samples 2 --rl-max-new-tokens 4")
+    assert report.error_count == 8 and "ZeroDivisionError" in report.verdict
+    with pytest.raises(UsageError, match="--samples must be at least 1"):
+        shell.run_line_magic("grpo_check", "CountEnv --samples 0")
+
+
+def test_grpo_stop_stops_a_background_run_from_the_magic(shell):
+    _env_cell(shell, score="__import__('time').sleep(0.05) or 0.5")
+    run = shell.run_line_magic("grpo_train", "--env CountEnv --max-steps 200 --batch-size 4 --rl-max-new-tokens 4 --run")
+    import time
+
+    deadline = time.monotonic() + 120
+    while run.step < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with pytest.raises(UsageError, match="already training"):
+        shell.run_line_magic("grpo_train", "--env CountEnv --max-steps 1 --run")
+    assert shell.run_line_magic("grpo_stop", "") is run
+    run.wait(timeout=120)
+    assert run.status == "stopped" and (run.output_dir / "model.safetensors").exists()
