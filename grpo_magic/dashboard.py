@@ -400,6 +400,19 @@ class Dashboard:
                 self._errors_box,
             ]
         )
+        # Stable hooks for styling and for browser tests (the DOM of ipywidgets is not an API).
+        for widget, name in (
+            (self.widget, "grpo-dashboard"),
+            (self._header, "grpo-header"),
+            (self._progress_text, "grpo-progress-text"),
+            (self._stop_button, "grpo-stop"),
+            (self._info, "grpo-info"),
+            (self._curves, "grpo-curves"),
+            (self._step_select, "grpo-step-select"),
+            (self._groups, "grpo-groups-view"),
+            (self._errors_box, "grpo-errors"),
+        ):
+            widget.add_class(name)
         self._updating_select: int | None = None  # the thread now setting the options itself
         self._rendered: dict[str, Any] = {}
         self.flush()
@@ -864,7 +877,7 @@ class _Curves:
         from matplotlib.figure import Figure
         from matplotlib.ticker import MaxNLocator
 
-        self.fig = Figure(figsize=(10.5, 4.6), dpi=72)
+        self.fig = Figure(figsize=(10.5, 4.6), dpi=90)  # 945 x 414 px: small text stays sharp
         self.canvas = FigureCanvasAgg(self.fig)
         grid = self.fig.subplots(2, 3)
         self.fig.subplots_adjust(left=0.06, right=0.94, top=0.92, bottom=0.1, wspace=0.32, hspace=0.45)
@@ -916,9 +929,15 @@ class _Curves:
             line.set_data(x, y)
             line.set_marker(marker)
             has = bool(len(y)) and bool(np.isfinite(y).any())
-            self.empty[name].set_visible(not has and not (name == "reward" and len(range_steps)))
+            empty = not has and not (name == "reward" and len(range_steps))
+            self.empty[name].set_visible(empty)
             ax.relim()
             ax.autoscale_view(scaley=ylim is None)
+            if empty:  # e.g. no KL when rl_kl_coef is 0: the other panels' steps, no made-up y scale
+                ax.set_xlim(*((float(x[0]) - 0.5, float(x[-1]) + 0.5) if len(x) else (0.0, 1.0)), auto=None)
+                if ylim is None:
+                    ax.set_ylim(0.0, 1.0, auto=None)
+            ax.tick_params(axis="y", labelleft=not empty)
             if name == "error_rate" and has:
                 ax.set_ylim(-0.002, max(0.05, float(np.nanmax(y)) * 1.1))
 
