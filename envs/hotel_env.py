@@ -14,6 +14,9 @@ Design choices worth knowing when you copy this file:
   bookings. Nothing mutable is shared, so episodes may run concurrently in threads.
 - The env never calls ``model.train()`` / ``model.eval()`` and never imports torch: the trainer
   already puts the model in eval mode under ``torch.no_grad()`` while ``score_episode`` runs.
+- ``score_episode`` names a ``generator`` parameter, so grpo_magic passes its generation helper:
+  the episode continues on vLLM when the run uses it (HF generate otherwise). Called without one
+  (older trainers, tests, plain Python), the env generates with ``model.generate`` itself.
 - Tool calls are read in the Qwen/Hermes format ``<tool_call>{"name": ..., "arguments": {...}}
   </tool_call>`` (several per turn allowed) or, when there is no such tag, as plain JSON objects
   ``{"name": ..., "arguments": ...}`` in the text.
@@ -666,9 +669,11 @@ class HotelEnv:
     def get_tools(self) -> list[dict[str, Any]]:
         return tool_schemas()
 
-    def score_episode(self, model: Any, tokenizer: Any, completion: str, case_idx: int) -> float:
+    def score_episode(
+        self, model: Any, tokenizer: Any, completion: str, case_idx: int, generator: Any = None
+    ) -> float:
         """Run the episode that starts with ``completion`` and score it (0..1, see ``RUBRIC``)."""
-        return self.run_episode(model, tokenizer, completion, case_idx).score
+        return self.run_episode(model, tokenizer, completion, case_idx, generator=generator).score
 
     # -- helpers for users, tests and teaching -------------------------------------------------
     def prompt(self, case_idx: int) -> list[dict[str, str]]:
@@ -709,8 +714,10 @@ class HotelEnv:
         search, book, _ = self.solution_turns(case_idx)
         return f"{search}\n{book}"
 
-    def run_episode(self, model: Any, tokenizer: Any, completion: str, case_idx: int) -> EpisodeResult:
-        """Execute tool calls, feed results back, let the model continue; then score."""
+    def run_episode(
+        self, model: Any, tokenizer: Any, completion: str, case_idx: int, generator: Any = None
+    ) -> EpisodeResult:
+        """Execute tool calls, feed results back, let the model continue (with ``generator`` if given); then score."""
         case = self.cases[int(case_idx)]
         system = self.new_system()
         messages: list[dict[str, Any]] = [*self.prompt(case.idx)]
@@ -727,7 +734,7 @@ class HotelEnv:
                 messages.append({"role": "tool", "content": json.dumps(result)})
             if not parsed.calls or turn >= self.max_turns:
                 break
-            text = self._generate(model, tokenizer, messages)
+            text = self._generate(model, tokenizer, messages, generator)
             if text is None:  # the conversation no longer fits the model's context
                 break
             turn += 1
@@ -742,16 +749,21 @@ class HotelEnv:
             bookings=system.active_bookings(),
         )
 
-    def _generate(self, model: Any, tokenizer: Any, messages: list[dict[str, Any]]) -> str | None:
+    def _generate(
+        self, model: Any, tokenizer: Any, messages: list[dict[str, Any]], generator: Any = None
+    ) -> str | None:
         """The model's next assistant turn as text (sampled), or None when it would not fit."""
         text = tokenizer.apply_chat_template(
             messages, tools=self.get_tools(), add_generation_prompt=True, tokenize=False
         )
         enc = tokenizer(text, return_tensors="pt", add_special_tokens=False)
         n_in = enc["input_ids"].shape[1]
-        limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        context = getattr(generator, "context_length", None)
+        limit = context() if callable(context) else getattr(getattr(model, "config", None), "max_position_embeddings", None)
         if isinstance(limit, int) and n_in + self.max_new_tokens > limit:
             return None
+        if generator is not None:  # the same rendered prompt, on vLLM when the run has it
+            return generator.generate(text, max_new_tokens=self.max_new_tokens)
         device = _device_of(model)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         out = model.generate(

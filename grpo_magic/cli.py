@@ -62,6 +62,18 @@ def build_parser() -> OneLineParser:
     add_param_arguments(train)
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the output folder")
     train.add_argument("--quiet", action="store_true", help="print only the final line")
+    launch = train.add_argument_group("Launch", "How many processes train, on which GPUs (not training parameters).")
+    launch.add_argument("--num-processes", type=int, default=None, metavar="N",
+                        help="training processes; more than 1 starts accelerate launch (torchrun on CPU) itself "
+                             "(default: one per visible GPU)")
+    launch.add_argument("--accelerate-config", default=None, metavar="FILE",
+                        help="accelerate config file (DeepSpeed or FSDP settings), passed to accelerate launch")
+    launch.add_argument("--dry-run", action="store_true",
+                        help="print the GPU assignment and the exact commands, and start nothing")
+    launch.add_argument("--vllm-server-port", type=int, default=8000, metavar="PORT",
+                        help="port of the vLLM server started in server mode without --vllm-server-url (default: 8000)")
+    launch.add_argument("--vllm-server-timeout", type=float, default=900.0, metavar="SECONDS",
+                        help="how long to wait for that server to answer (default: 900)")
     return parser
 
 
@@ -79,16 +91,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
 
+    from .launch import LaunchOptions, end_distributed, execute, plan_launch, world_size
     from .run import is_main_process, train
 
     try:
         params = params_from_namespace(args)
+        plan = plan_launch(params, LaunchOptions.from_namespace(args))
+        if args.dry_run:
+            print(plan.describe())
+            return 0
+        if not plan.in_process:
+            return execute(plan, params)
+    except GRPOMagicError as exc:
+        return _fail(str(exc))
+    try:
         callbacks = []
         if is_main_process() and not args.quiet:
             from .progress import TerminalProgress
 
             callbacks.append(TerminalProgress())
-        run = train(params, blocking=False, callbacks=callbacks, display=False, resume=args.resume)
+        # Several processes train in their main thread: a process group used from a helper thread
+        # aborts the interpreter at exit (and torchrun then kills the ranks still saving).
+        run = train(params, blocking=world_size() > 1, raise_on_failure=False, callbacks=callbacks, display=False,
+                    resume=args.resume)
     except GRPOMagicError as exc:
         return _fail(str(exc))
     try:
@@ -98,6 +123,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         run._finished.wait()
     except GRPOMagicError as exc:
         return _fail(str(exc), code=1)
+    finally:
+        # The training thread is still tearing the trainer down after the run ends; exiting under it
+        # intermittently aborts the interpreter ("terminate called without an active exception").
+        if run._thread is not None:
+            run._thread.join(timeout=120)
+        end_distributed()
     if is_main_process():
         print(f"{PROG}: {run.status} after {run.step} steps; weights and run log in {run.output_dir}", file=sys.stderr)
         rewards = [h["reward"] for h in run.history if h.get("reward") is not None]

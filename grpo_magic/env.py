@@ -23,6 +23,8 @@ from .params import GRPOParams
 REQUIRED_METHODS = ("build_dataset", "score_episode")
 #: Leading parameters of ``score_episode`` that we pass positionally.
 EPISODE_POSITIONAL = ("model", "tokenizer", "completion")
+#: Keyword arguments of ``score_episode`` that grpo_magic supplies itself (not dataset columns).
+PROVIDED_KWARGS = ("generator",)
 #: Hidden dataset column that keeps the env's own prompt when we pre-render prompts with tools.
 ENV_PROMPT_COLUMN = "_grpo_env_prompt"
 
@@ -38,6 +40,10 @@ class EnvSpec:
     source: str = "python"  # "cell", "module", "python"
     module: str | None = None
     code: str | None = None  # the cell's source, for %grpo_export
+
+    def __repr__(self) -> str:  # short: a %%grpo_env cell's Out[] must not repeat the whole cell
+        config = f", config={self.config}" if self.config else ""
+        return f"<EnvSpec {self.name} from {self.source}{config}>"
 
     def instantiate(self) -> Any:
         """A fresh instance (or the given one); constructor problems become one clear sentence."""
@@ -136,7 +142,7 @@ def _check_constructor(cls: type, config: dict[str, Any]) -> None:
                 "fix the JSON keys or the constructor."
             ) from None
         raise GRPOMagicError(
-            f"{cls.__name__}() cannot be built from rl_env_config {config!r} ({exc}); {takes}."
+            f"{cls.__name__}() cannot be built from rl_env_config {config!r} ({_one_line(exc)}); {takes}."
         ) from None
 
 
@@ -146,7 +152,7 @@ def instantiate(cls: type, config: dict[str, Any]) -> Any:
         return cls(**config)
     except Exception as exc:  # noqa: BLE001 - any constructor failure is the user's to fix
         raise GRPOMagicError(
-            f"{cls.__name__}(**rl_env_config) raised {type(exc).__name__}: {exc}; fix the constructor or the config."
+            f"{cls.__name__}(**rl_env_config) raised {type(exc).__name__}: {_one_line(exc)}; fix the constructor or the config."
         ) from exc
 
 
@@ -173,15 +179,16 @@ def load_module_env(module_name: str, class_name: str) -> type:
                 "the folder that contains it or check --rl-env-module."
             ) from exc
         raise GRPOMagicError(
-            f"Importing environment module {module_name!r} failed: {exc}; install what it imports."
+            f"Importing environment module {module_name!r} failed: {_one_line(exc)}; install what it imports."
         ) from exc
     except SyntaxError as exc:
         raise GRPOMagicError(
-            f"Environment module {module_name!r} has a syntax error at {exc.filename}:{exc.lineno}: {exc.msg}."
+            f"Environment module {module_name!r} has a syntax error at {exc.filename}:{exc.lineno}: {exc.msg}; "
+            "fix that line."
         ) from exc
     except Exception as exc:  # noqa: BLE001 - the user's module code raised while importing
         raise GRPOMagicError(
-            f"Importing environment module {module_name!r} raised {type(exc).__name__}: {exc}; fix the module."
+            f"Importing environment module {module_name!r} raised {type(exc).__name__}: {_one_line(exc)}; fix the module."
         ) from exc
     cls = getattr(module, class_name, None)
     if cls is None:
@@ -229,6 +236,16 @@ def resolve_env(params: GRPOParams, env: Any = None) -> EnvSpec:
 # ---------------------------------------------------------------- dataset and tools
 
 
+def _one_line(exc: BaseException) -> str:
+    """An exception's first line: a user-facing error is one sentence, whatever the env raised."""
+    try:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    except Exception:  # noqa: BLE001 - an exception whose __str__ raises
+        lines = []
+    text = lines[0] if lines else type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
 def _where(env: Any, method: str) -> str:
     return f"{type(env).__name__}.{method}()"
 
@@ -241,7 +258,7 @@ def check_tools(env: Any) -> list[dict[str, Any]]:
     try:
         tools = get_tools()
     except Exception as exc:  # noqa: BLE001
-        raise GRPOMagicError(f"{_where(env, 'get_tools')} raised {type(exc).__name__}: {exc}; fix get_tools.") from exc
+        raise GRPOMagicError(f"{_where(env, 'get_tools')} raised {type(exc).__name__}: {_one_line(exc)}; fix get_tools.") from exc
     if tools is None:
         return []
     if not isinstance(tools, (list, tuple)):
@@ -274,7 +291,7 @@ def build_and_check_dataset(env: Any, tokenizer: Any):
         dataset = env.build_dataset(tokenizer)
     except Exception as exc:  # noqa: BLE001
         raise GRPOMagicError(
-            f"{_where(env, 'build_dataset')} raised {type(exc).__name__}: {exc}; fix build_dataset."
+            f"{_where(env, 'build_dataset')} raised {type(exc).__name__}: {_one_line(exc)}; fix build_dataset."
         ) from exc
     if not isinstance(dataset, Dataset):
         raise GRPOMagicError(
@@ -295,7 +312,7 @@ def build_and_check_dataset(env: Any, tokenizer: Any):
         elif not _is_messages(prompt):
             raise GRPOMagicError(
                 f"{_where(env, 'build_dataset')}: prompt {i} is a {type(prompt).__name__}, not a string or a list "
-                "of chat messages like [{'role': 'user', 'content': '...'}]."
+                "of chat messages; return prompts like 'Say hi' or [{'role': 'user', 'content': '...'}]."
             )
     return dataset
 
@@ -325,7 +342,7 @@ def episode_parameters(env: Any) -> tuple[set[str], bool, list[str]]:
 def check_episode_signature(env: Any, columns: list[str]) -> None:
     """Every required ``score_episode`` argument must be a dataset column (or ``prompt``)."""
     _, _, required = episode_parameters(env)
-    missing = [name for name in required if name not in columns]
+    missing = [name for name in required if name not in columns and name not in PROVIDED_KWARGS]
     if missing:
         raise GRPOMagicError(
             f"{_where(env, 'score_episode')} needs {missing[0]!r}, but the dataset from build_dataset has no such "
@@ -352,7 +369,7 @@ def render_prompts_with_tools(dataset, tokenizer: Any, tools: list[dict[str, Any
         return dataset.map(render)
     except Exception as exc:  # noqa: BLE001
         raise GRPOMagicError(
-            f"Rendering the prompts with the tokenizer's chat template and the env's tools failed ({exc}); "
+            f"Rendering the prompts with the tokenizer's chat template and the env's tools failed ({_one_line(exc)}); "
             "use a model whose chat template supports tools."
         ) from exc
 

@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +24,40 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 RUN_LOG_NAME = "events.jsonl"
+
+#: Environment variables that hold access tokens; their values never reach a file we write.
+SECRET_ENV_VARS = (
+    "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_HUB_TOKEN", "HF_API_TOKEN", "WANDB_API_KEY",
+    "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GITHUB_TOKEN", "GH_TOKEN", "COMET_API_KEY", "NEPTUNE_API_TOKEN",
+    "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+)
+#: Names that look like a secret's: a token an env reads from, e.g., MY_TOOL_API_KEY is scrubbed too.
+_SECRET_NAME = re.compile(r"(^|_)(TOKEN|API_KEY|SECRET|SECRET_KEY|ACCESS_KEY|PASSWORD)$", re.IGNORECASE)
+#: Hugging Face access tokens, wherever they come from (a cell, an exception message).
+_HF_TOKEN = re.compile(r"hf_[A-Za-z0-9]{20,}")
+
+
+def _secret_values() -> list[tuple[str, str]]:
+    """(name, value) of every token-like environment variable, longest value first."""
+    found = {
+        name: value for name, value in os.environ.items()
+        if (name in SECRET_ENV_VARS or _SECRET_NAME.search(name)) and len(value.strip()) >= 8
+    }
+    return sorted(found.items(), key=lambda kv: -len(kv[1]))
+
+
+def redact(text: str) -> str:
+    """``text`` without access tokens: known token variables' values and ``hf_...`` tokens.
+
+    Read from the environment at each call (a notebook may set ``HF_TOKEN`` after import). Applied
+    to everything we write (run logs, exported modules and commands), since those get shared.
+    """
+    if not isinstance(text, str) or not text:
+        return text
+    for name, value in _secret_values():
+        if value in text:
+            text = text.replace(value, f"<{name} redacted>")
+    return _HF_TOKEN.sub("<hf token redacted>", text)
 
 
 @dataclass
@@ -146,12 +181,42 @@ EVENT_CLASSES_BY_TYPE: dict[str, type] = {v: k for k, v in EVENT_TYPES_BY_CLASS.
 
 
 def event_from_dict(data: dict[str, Any]) -> Event:
-    """Rebuild an event from its JSON object; unknown keys are ignored (newer writers)."""
+    """Rebuild an event from its JSON object; unknown keys are ignored (newer writers).
+
+    Data only: the ``type`` picks one of our dataclasses from a fixed table, and each field must
+    have its declared JSON type, else ``ValueError``. Nothing in a log is imported or evaluated.
+    """
     cls = EVENT_CLASSES_BY_TYPE.get(data.get("type", ""))
     if cls is None:
         raise ValueError(f"unknown event type {data.get('type')!r}")
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            if not _json_type_ok(str(f.type), data[f.name]):
+                raise ValueError(f"{cls.__name__}.{f.name} has the wrong type: {type(data[f.name]).__name__}")
+            kwargs[f.name] = data[f.name]
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # a required field is missing
+        raise ValueError(f"{cls.__name__}: {exc}") from None
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "list": (list,), "dict": (dict,),
+}
+
+
+def _json_type_ok(annotation: str, value: Any) -> bool:
+    """Does a JSON value fit a field's annotation (``int``, ``float | None``, ``list[str]``...)?"""
+    while "[" in annotation:  # drop type arguments, innermost first: list[dict[str, Any] | None] is a list
+        annotation = re.sub(r"\[[^\[\]]*\]", "", annotation)
+    kinds = [part.strip() for part in annotation.split("|")]
+    if value is None:
+        return "None" in kinds or "Any" in kinds
+    allowed = tuple(t for k in kinds if k != "None" for t in _JSON_TYPES.get(k, (object,)))
+    if isinstance(value, bool) and bool not in allowed and object not in allowed:
+        return False
+    return isinstance(value, allowed)
 
 
 def _json_default(value: Any) -> Any:
@@ -213,6 +278,19 @@ class EventStream:
                 logger.exception("grpo_magic: event subscriber %r failed on %s", subscriber, event.type)
 
 
+def _ends_torn(path: Path) -> bool:
+    """True when a log's last line has no newline (its writer was killed mid-write)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() == 0:
+                return False
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) != b"\n"
+    except FileNotFoundError:
+        return False
+
+
 class RunLog:
     """Appends every event to ``output_dir/events.jsonl`` and flushes it, so a killed process loses nothing.
 
@@ -223,11 +301,14 @@ class RunLog:
     def __init__(self, output_dir: str | os.PathLike[str]) -> None:
         self.path = Path(output_dir) / RUN_LOG_NAME
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        torn = _ends_torn(self.path)
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        if torn:  # a killed writer left half a line: end it, or our first line would be glued to it
+            self._file.write("\n")
         self._lock = threading.Lock()
 
     def __call__(self, event: Event) -> None:
-        line = event_to_json(event)
+        line = redact(event_to_json(event))
         with self._lock:
             if self._file.closed:
                 return
@@ -257,4 +338,7 @@ def read_run_log(output_dir: str | os.PathLike[str]) -> Iterator[Event]:
             except json.JSONDecodeError:
                 continue
             if isinstance(data, dict) and data.get("type") in EVENT_CLASSES_BY_TYPE:
-                yield event_from_dict(data)
+                try:
+                    yield event_from_dict(data)
+                except ValueError:  # a damaged or foreign line: skipped, as data never runs
+                    continue

@@ -44,6 +44,21 @@ def _train_parser() -> OneLineParser:
 _JSON_FLAG = re.compile(r"(--config|--rl-env-config)(\s+|=)(?=\{)")
 
 
+def _inside_quotes(line: str, pos: int) -> bool:
+    """True when ``pos`` is inside a shell-quoted part of ``line`` (as shlex reads it)."""
+    quote, escaped = "", False
+    for ch in line[:pos]:
+        if escaped:
+            escaped = False
+        elif ch == "\\" and quote != "'":
+            escaped = True
+        elif quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+    return bool(quote)
+
+
 def _quote_json_values(line: str) -> str:
     """Quote an unquoted JSON object after --config/--rl-env-config, as users type it in a cell.
 
@@ -51,7 +66,7 @@ def _quote_json_values(line: str) -> str:
     """
     out, pos = [], 0
     for match in _JSON_FLAG.finditer(line):
-        if match.start() < pos:
+        if match.start() < pos or _inside_quotes(line, match.start()):  # already quoted by the user
             continue
         start = match.end()
         depth, in_string, escaped, end = 0, False, False, None
@@ -100,6 +115,7 @@ class GrpoMagics(Magics):
         super().__init__(shell=shell, **kwargs)
         self.last_params: GRPOParams | None = None
         self.last_model: str | None = None
+        self.last_form: TrainForm | None = None
 
     # ------------------------------------------------------------ %%grpo_env
 
@@ -123,13 +139,15 @@ class GrpoMagics(Magics):
         try:
             tree = ast.parse(code)
         except SyntaxError as exc:
-            raise UsageError(f"The %%grpo_env cell has a syntax error at line {exc.lineno}: {exc.msg}.") from None
+            raise UsageError(f"The %%grpo_env cell has a syntax error at line {exc.lineno}: {exc.msg}; fix the "
+                             "cell.") from None
         class_names = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
         filename = self.shell.compile.cache(code)  # so that tracebacks from the env show the cell's lines
         try:
             exec(compile(code, filename, "exec"), self.shell.user_ns)  # noqa: S102 - the user's own cell, their namespace
         except Exception as exc:  # noqa: BLE001
-            raise UsageError(f"The %%grpo_env cell raised {type(exc).__name__}: {exc}.") from None
+            first = (str(exc).strip().splitlines() or [""])[0]  # one line, whatever the cell raised
+            raise UsageError(f"The %%grpo_env cell raised {type(exc).__name__}: {first}; fix the cell.") from None
         classes = {n: self.shell.user_ns[n] for n in class_names if n in self.shell.user_ns}
         candidates = {n: c for n, c in classes.items() if is_env_class(c)}
         cls = self._pick_class(args.name, classes, candidates)
@@ -213,7 +231,8 @@ class GrpoMagics(Magics):
         env_name = self._env_name(args.env, params)
         self.last_params = params
         if not args.run:
-            return TrainForm(params, env_name, start=self._start_from_form)
+            self.last_form = TrainForm(params, env_name, start=self._start_from_form)
+            return self.last_form
         problems = params.problems()
         if problems:
             raise UsageError(problems[0][1])
@@ -305,7 +324,12 @@ class GrpoMagics(Magics):
     @no_var_expand
     @line_magic
     def grpo_export(self, line: str = "") -> Path:
-        """Write a cell env as an importable module: %grpo_export ENV --to FILE [--force]"""
+        """Write a cell env as a module: %grpo_export ENV --to FILE.py [--force]
+
+        With --to DIR (no .py suffix) the folder gets the module, launch.sh (the grpo-magic train
+        command of the current form values; ./launch.sh accelerate for plain accelerate launch)
+        and accelerate_config.yaml: copy it to a cluster and run ./launch.sh there.
+        """
         parser = OneLineParser(prog="%grpo_export", add_help=False)
         parser.add_argument("env", nargs="?")
         parser.add_argument("--to", default=None)
@@ -318,7 +342,7 @@ class GrpoMagics(Magics):
                              "it is importable already.")
         target = Path(args.to or f"{module_name_for(spec.name)}.py")
         if target.suffix != ".py":
-            raise UsageError(f"--to must name a .py file, got {target}; e.g. --to {module_name_for(spec.name)}.py.")
+            return self._export_folder(spec, target, force=args.force)
         if not target.stem.isidentifier():
             raise UsageError(f"{target.name} is not an importable module name; use letters, digits and underscores.")
         if target.exists() and not args.force:
@@ -326,14 +350,49 @@ class GrpoMagics(Magics):
         header = (f'"""Environment {spec.name}, exported from a notebook by %grpo_export."""\n\n'
                   "from datasets import Dataset  # noqa: F401 - the usual import of env cells\n\n")
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(header + spec.code.strip() + "\n", encoding="utf-8")
-        params = (self.last_params or GRPOParams(model=self.default_model or None)).replace(
+        from .events import redact  # a token typed into the cell must not travel with the module
+
+        target.write_text(redact(header + spec.code.strip() + "\n"), encoding="utf-8")
+        params = self._export_params().replace(
             rl_env_module=target.stem, rl_env_class=spec.cls.__name__ if spec.cls else spec.name,
             rl_env_config=json.dumps(spec.config) if spec.config else None)
         command = params.to_command()
         print(f"wrote {target}\nrun it from {target.parent.resolve()}:\n  {command}\n"
               f"on several GPUs:\n  {command.replace('grpo-magic train', 'accelerate launch -m grpo_magic train', 1)}")
         return target
+
+    def _export_params(self) -> GRPOParams:
+        """The current form's values when a form is shown and valid, else the last %grpo_train's."""
+        if self.last_form is not None:
+            try:
+                params = self.last_form.params()
+            except (GRPOMagicError, TypeError, ValueError):
+                params = None
+            if params is not None and not params.problems():
+                return params
+        return self.last_params or GRPOParams(model=self.default_model or None)
+
+    def _export_folder(self, spec: EnvSpec, folder: Path, *, force: bool) -> Path:
+        from .export import folder_files, write_folder
+
+        module = module_name_for(spec.name)
+        if not module.isidentifier():
+            raise UsageError(f"{module}.py would not be an importable module name; register the env under a name "
+                             "of letters, digits and underscores (%%grpo_env NAME).")
+        if folder.exists() and not folder.is_dir():
+            raise UsageError(f"{folder} is a file; --to takes a FILE.py or a folder.")
+        existing = [p for p in folder_files(folder, module) if p.exists()]
+        if existing and not force:
+            raise UsageError(f"{existing[0]} exists; pass --force to overwrite it.")
+        params = self._export_params().replace(
+            rl_env_module=module, rl_env_class=spec.cls.__name__ if spec.cls else spec.name,
+            rl_env_config=json.dumps(spec.config) if spec.config else None)
+        files = write_folder(folder, module, spec.name, spec.code or "", params)
+        launch = folder / "launch.sh"
+        print(f"wrote {', '.join(str(p) for p in files)}\nrun it (here or on a cluster, from any folder):\n"
+              f"  {launch}\n  {launch} --dry-run   # the processes and GPUs it would use\n"
+              f"  {launch} accelerate   # plain accelerate launch with {folder / 'accelerate_config.yaml'}")
+        return folder
 
 
 def load_ipython_extension(ipython: Any) -> None:

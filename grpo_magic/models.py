@@ -416,7 +416,11 @@ def resolve_model(name: str) -> str:
     if _cached_config(name) is not None:
         return name
     if _hub_offline():
-        raise _not_found(name)
+        raise GRPOMagicError(
+            f"Model '{name}' was not found: it is not a local folder nor in the Hugging Face cache, and the Hub "
+            "is off (HF_HUB_OFFLINE is set); pass a local path, unset HF_HUB_OFFLINE to download it, or use "
+            "--model tiny for the offline demo model."
+        )
     _hub_config(name)
     return name
 
@@ -476,6 +480,12 @@ def model_context_length(name_or_path: str) -> int | None:
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 return value
     return None
+
+
+def has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def supports_bf16() -> bool:

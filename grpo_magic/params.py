@@ -9,8 +9,10 @@ field here adds it everywhere.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
+import numbers
 import os
 import shlex
 import typing
@@ -29,8 +31,8 @@ def _p(default: Any, help: str, group: str, **meta: Any) -> Any:
     """A parameter: its default, its help text, its form section and its checks.
 
     Checks in ``meta``: ``ge``/``gt``/``le``/``lt`` bounds, ``choices``, ``required``,
-    ``json_object`` (a JSON object string), ``url`` (an http(s) URL), ``why`` (a hint added to
-    range errors).
+    ``json_object`` (a JSON object string), ``url`` (an http(s) URL), ``path`` (a usable folder
+    name), ``why`` (a hint added to range errors).
     """
     return field(default=default, metadata={"help": help, "group": group, **meta})
 
@@ -46,7 +48,7 @@ class GRPOParams:
         "Model",
         required=True,
     )
-    project_name: str = _p("grpo-run", "Output folder of the run (weights, checkpoints, run log).", "Model")
+    project_name: str = _p("grpo-run", "Output folder of the run (weights, checkpoints, run log).", "Model", path=True)
     trainer: str = _p("grpo", "Trainer to use; grpo_magic trains with GRPO only.", "Model", choices=("grpo",))
 
     # Environment
@@ -138,13 +140,13 @@ class GRPOParams:
     @classmethod
     def field_type(cls, name: str) -> type:
         """The plain type of a field (``int | None`` gives ``int``)."""
-        hint = typing.get_type_hints(cls)[name]
+        hint = _type_hints(cls)[name]
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         return args[0] if args else hint
 
     @classmethod
     def is_optional(cls, name: str) -> bool:
-        return type(None) in typing.get_args(typing.get_type_hints(cls)[name])
+        return type(None) in typing.get_args(_type_hints(cls)[name])
 
     @staticmethod
     def flag(name: str) -> str:
@@ -180,11 +182,11 @@ class GRPOParams:
                 return f"{label} must be true or false, got {value!r}."
             return None
         if kind in (int, float):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-                kind is int and not float(value).is_integer()
-            ):
-                return f"{label} must be {'an integer' if kind is int else 'a number'}, got {value!r}."
-            if not math.isfinite(value):
+            # Integral/Real, not int/float: numpy numbers are fine; an integral float for an int field is not
+            # (it would reach TRL as a float). Huge ints are compared exactly, never turned into floats.
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral if kind is int else numbers.Real):
+                return f"{label} must be {'an integer' if kind is int else 'a number'}, got {_show(value)}."
+            if not isinstance(value, numbers.Integral) and not math.isfinite(float(value)):
                 return f"{label} must be a finite number, got {value!r}."
             bounds = [
                 ("ge", lambda v, b: v >= b, "at least"), ("gt", lambda v, b: v > b, "greater than"),
@@ -193,10 +195,10 @@ class GRPOParams:
             for key, ok, words in bounds:
                 if key in meta and not ok(value, meta[key]):
                     why = f"; {meta['why']}" if "why" in meta else ""
-                    return f"{label} must be {words} {meta[key]}, got {value!r}{why}."
+                    return f"{label} must be {words} {meta[key]}, got {_show(value)}{why}."
             return None
         if not isinstance(value, str):
-            return f"{label} must be a string, got {value!r}."
+            return f"{label} must be a string, got {_show(value)}."
         if "choices" in meta and value not in meta["choices"]:
             return f"{label} must be one of {', '.join(meta['choices'])}; got {value!r}."
         if meta.get("json_object"):
@@ -206,6 +208,8 @@ class GRPOParams:
                 return f"{label} is not valid JSON ({exc.msg} at character {exc.pos}); write a JSON object such as '{{\"max_turns\": 3}}'."
             if not isinstance(parsed, dict):
                 return f"{label} must be a JSON object of constructor arguments such as '{{\"max_turns\": 3}}', got {type(parsed).__name__}."
+        if meta.get("path") and (not value.strip() or "\x00" in value):
+            return f"{label} must name a folder such as grpo-run, got {value!r}."
         if meta.get("url") and not value.startswith(("http://", "https://")):
             return f"{label} must be an http:// or https:// URL such as http://localhost:8000, got {value!r}."
         return None
@@ -264,13 +268,16 @@ class GRPOParams:
         return args
 
     def to_command(self, program: str = "grpo-magic train") -> str:
-        return " ".join([program, *(shlex.quote(a) for a in self.to_cli_args())])
+        """The shell command of these params; access tokens (in rl_env_config, say) are redacted."""
+        from .events import redact
+
+        return redact(" ".join([program, *(shlex.quote(a) for a in self.to_cli_args())]))
 
     def to_grpo_config(self, output_dir: str | None = None, **overrides: Any):
         """Map to ``trl.GRPOConfig`` (DESIGN.md section 2); ``overrides`` win."""
         from trl import GRPOConfig
 
-        from .models import supports_bf16
+        from .models import has_cuda, supports_bf16
 
         kwargs: dict[str, Any] = dict(
             output_dir=output_dir or self.project_name,
@@ -298,6 +305,7 @@ class GRPOParams:
             report_to=[] if self.report_to == "none" else [self.report_to],
             push_to_hub=self.push_to_hub,
             bf16=supports_bf16(),
+            dataloader_pin_memory=has_cuda(),  # pinning on a CPU-only machine only warns
             log_completions=False,
             disable_tqdm=True,
         )
@@ -307,11 +315,30 @@ class GRPOParams:
         return GRPOConfig(**kwargs)
 
 
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    """``typing.get_type_hints`` once per class: it evaluates every annotation, and validation asks per field."""
+    return typing.get_type_hints(cls)
+
+
+def _show(value: Any) -> str:
+    """``repr`` for messages, short even for an absurd value (a 5000-digit int cannot even be printed)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001
+        return f"a {type(value).__name__}"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _divisibility_message(batch_size: int, accumulation: int, processes: int, n: int) -> str:
     per_step = batch_size * accumulation * processes
-    good_batches = [b for b in range(1, 4 * max(batch_size, n) + 1) if (b * accumulation * processes) % n == 0]
+    # Batch sizes that work are the multiples of n / gcd(n, accumulation x processes): take the two
+    # nearest by arithmetic, so that an absurd batch size is answered at once.
+    unit = n // math.gcd(n, accumulation * processes)
+    near = batch_size // unit
+    good_batches = [k * unit for k in range(max(1, near - 1), near + 3)]
     good_batches = sorted(good_batches, key=lambda b: (abs(b - batch_size), b))[:2]
-    good_gens = [g for g in range(2, per_step + 1) if per_step % g == 0][:4]
+    good_gens = [g for g in range(2, min(per_step, 4096) + 1) if per_step % g == 0][:4]
     parts = f"batch_size {batch_size} x gradient_accumulation {accumulation}"
     if processes > 1:
         parts += f" x {processes} processes"

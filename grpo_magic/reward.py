@@ -22,6 +22,7 @@ from typing import Any
 
 from .env import ENV_PROMPT_COLUMN, episode_parameters, prompt_text
 from .errors import GRPOMagicError
+from .events import redact
 
 #: Keyword arguments TRL adds to every reward call that are not dataset columns.
 TRL_EXTRA_KWARGS = ("trainer_state", "log_extra", "log_metric", "environments", "completion_ids")
@@ -50,6 +51,8 @@ class BatchRecord:
     prompts: list[str]
     completions: list[str]
     outcomes: list[EpisodeOutcome] = field(default_factory=list)
+    #: The error-rate failure of this batch, when the trainer raises it on every process at once.
+    failure: str | None = None
 
     @property
     def scores(self) -> list[float | None]:
@@ -66,7 +69,16 @@ def completion_text(completion: Any) -> str:
 
 
 def _error(kind: str, message: str, tb: str = "") -> dict[str, Any]:
-    return {"kind": kind, "message": message, "traceback": tb}
+    # Env errors end up in logs, dashboards and terminals: a token in a message must not.
+    return {"kind": kind, "message": redact(message), "traceback": redact(tb)}
+
+
+def _safe_text(value: Any, how: Callable[[Any], str] = repr) -> str:
+    """``repr``/``str`` of anything an env hands us, even an object whose ``__repr__`` raises."""
+    try:
+        return how(value)
+    except Exception:  # noqa: BLE001 - a broken __repr__ must not turn into a lost step
+        return f"<{type(value).__name__} object>"
 
 
 def normalize_score(value: Any) -> EpisodeOutcome:
@@ -75,7 +87,12 @@ def normalize_score(value: Any) -> EpisodeOutcome:
         return EpisodeOutcome(None, raw=None, error=_error(
             "None", "score_episode returned None; return a float between 0 and 1."))
     if isinstance(value, numbers.Real):  # includes bool, int and numpy scalars
-        score = float(value)
+        try:
+            score = float(value)
+        except Exception:  # noqa: BLE001 - an int too large for a float, a broken __float__
+            return EpisodeOutcome(None, raw=_safe_text(value)[:200], error=_error(
+                "not a number", f"score_episode returned {_safe_text(value)[:80]}, which is not a finite float; "
+                "return a float between 0 and 1."))
         if math.isnan(score):
             return EpisodeOutcome(None, raw=score, error=_error(
                 "NaN", "score_episode returned NaN; return a float between 0 and 1."))
@@ -86,14 +103,18 @@ def normalize_score(value: Any) -> EpisodeOutcome:
             return EpisodeOutcome(min(1.0, max(0.0, score)), clipped=True, raw=score)
         return EpisodeOutcome(score, raw=score)
     name = type(value).__name__
-    hint = " (use .item() to get a float)" if hasattr(value, "item") else ""
-    return EpisodeOutcome(None, raw=repr(value)[:200], error=_error(
+    try:
+        hint = " (use .item() to get a float)" if hasattr(value, "item") else ""
+    except Exception:  # noqa: BLE001 - a __getattr__ that raises something else than AttributeError
+        hint = ""
+    return EpisodeOutcome(None, raw=_safe_text(value)[:200], error=_error(
         "not a number", f"score_episode returned a {name}, not a number{hint}; return a float between 0 and 1."))
 
 
 def _exception_outcome(exc: BaseException, latency: float) -> EpisodeOutcome:
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return EpisodeOutcome(None, error=_error(type(exc).__name__, f"{type(exc).__name__}: {exc}", tb), latency_s=latency)
+    message = f"{type(exc).__name__}: {_safe_text(exc, str)}"
+    return EpisodeOutcome(None, error=_error(type(exc).__name__, message, tb), latency_s=latency)
 
 
 def _timeout_outcome(timeout: float) -> EpisodeOutcome:
@@ -184,10 +205,16 @@ class EnvReward:
         self._calls = 0
         self.last_batch: BatchRecord | None = None
         self.totals = {"episodes": 0, "errors": 0, "clipped": 0}
+        self.generator: Any = None
+        #: Several processes: record an error-rate failure on the batch instead of raising in this
+        #: process alone (the others would wait for it forever); the trainer raises it everywhere.
+        self.defer_failure = False
 
-    def bind(self, model: Any, tokenizer: Any) -> None:
+    def bind(self, model: Any, tokenizer: Any, generator: Any = None) -> None:
+        """The policy and tokenizer episodes use; ``generator`` continues episodes (default: HF generate)."""
         self.model = model
         self.tokenizer = tokenizer
+        self.generator = generator
 
     def close(self) -> None:
         if self._loop is not None:
@@ -224,17 +251,28 @@ class EnvReward:
         if outcomes and errors / len(outcomes) > self.max_error_rate:
             first = next(o.error for o in outcomes if o.error is not None)
             quoted = (first.get("traceback") or first["message"]).strip()
-            raise EnvErrorRateExceeded(
+            message = (
                 f"{errors} of {len(outcomes)} episodes failed at step {step}, more than rl_max_error_rate "
                 f"{self.max_error_rate:g}; fix score_episode (or raise --rl-max-error-rate). First error:\n{quoted}"
             )
+            if not self.defer_failure:
+                raise EnvErrorRateExceeded(message)
+            record.failure = message
         return [o.score for o in outcomes]
 
     def _episode_kwargs(self, prompt: Any, row: dict[str, Any]) -> dict[str, Any]:
         row = {"prompt": prompt, **row}
-        if self._var_kw:
-            return row
-        return {k: v for k, v in row.items() if k in self._names}
+        kwargs = row if self._var_kw else {k: v for k, v in row.items() if k in self._names}
+        if "generator" in self._names:  # only envs that name it: the original signature is called as before
+            kwargs["generator"] = self._episode_generator()
+        return kwargs
+
+    def _episode_generator(self) -> Any:
+        if self.generator is None and self.model is not None and self.tokenizer is not None:
+            from .generation import HFGenerator
+
+            self.generator = HFGenerator(self.model, self.tokenizer)
+        return self.generator
 
     # ------------------------------------------------------------ running episodes
 

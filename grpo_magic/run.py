@@ -30,6 +30,7 @@ from .events import (
     RunStarted,
     StatusChanged,
     StepLogged,
+    read_run_log,
 )
 from .params import GRPOParams
 from .reward import BatchRecord, EnvErrorRateExceeded, EnvReward
@@ -138,6 +139,10 @@ class GRPORun:
         """Wait for the end of the run; re-raise a training failure as ``GRPOMagicError``."""
         if not self._finished.wait(timeout):
             raise TimeoutError(f"the run is still {self.status} after {timeout} s")
+        if self._thread is not None and self._thread is not threading.current_thread():
+            # The thread has only its return left. Joining it matters when the process exits next (the
+            # CLI): a daemon thread still inside torch at interpreter shutdown can abort the process.
+            self._thread.join(timeout=30)
         if self.status == "failed":
             raise GRPOMagicError(f"Training failed: {self.reason}") from self.exception
         return self
@@ -187,6 +192,14 @@ def _check_generation_length(params: GRPOParams, model_path: str) -> None:
 def _check_vllm(params: GRPOParams) -> None:
     if not params.use_vllm:
         return
+    if params.vllm_mode == "server" and params.vllm_server_url:
+        from .launch import check_server
+
+        check_server(params.vllm_server_url)  # the server the user named must answer before any model loads
+    _check_vllm_installed()
+
+
+def _check_vllm_installed(cuda: bool = True) -> None:
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
@@ -196,7 +209,7 @@ def _check_vllm(params: GRPOParams) -> None:
         )
     import torch
 
-    if not torch.cuda.is_available():
+    if cuda and not torch.cuda.is_available():
         raise GRPOMagicError("--use-vllm needs a CUDA GPU and none is visible here; drop --use-vllm to train without it.")
 
 
@@ -254,8 +267,25 @@ def _oom_hint(exc: BaseException) -> str:
     return text
 
 
+def _quiet_libraries() -> None:
+    """Our event stream is the progress display: silence library progress bars and deprecation noise.
+
+    Without this, tqdm bars ("Loading weights", "Writing model shards") and transformers'
+    FutureWarnings print under the dashboard and between the CLI's progress lines.
+    """
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    for pattern in (".*gradient_checkpointing.*", ".*is_gradient_checkpointing.*", ".*pin_memory.*"):
+        warnings.filterwarnings("ignore", message=pattern)
+
+
 def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path: str, tokenizer: Any,
              trainer_callbacks: list[Any], resume: bool) -> None:
+    from .generation import generator_for_trainer
+    from .launch import distributed_overrides
     from .models import load_model, lora_config
     from .trainer import drop_console_callbacks, events_callback, trainer_class
 
@@ -263,12 +293,18 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
     reward: EnvReward | None = None
     status, reason = "completed", ""
     totals_at_log = {"episodes": 0, "errors": 0}
+    scored = {"episodes": 0, "errors": 0}  # of every process: counted from the gathered batches
+
+    def on_scored(payloads: list[tuple[BatchRecord, list[float]]], num_generations: int) -> None:
+        for record, _ in payloads:
+            scored["episodes"] += len(record.outcomes)
+            scored["errors"] += sum(o.error is not None for o in record.outcomes)
+        _emit_scored(run, payloads, num_generations)
 
     def on_log(step: int, logs: dict[str, Any], max_steps: int, epoch: float | None, elapsed: float) -> None:
-        assert reward is not None
-        episodes = reward.totals["episodes"] - totals_at_log["episodes"]
-        errors = reward.totals["errors"] - totals_at_log["errors"]
-        totals_at_log.update(episodes=reward.totals["episodes"], errors=reward.totals["errors"])
+        episodes = scored["episodes"] - totals_at_log["episodes"]
+        errors = scored["errors"] - totals_at_log["errors"]
+        totals_at_log.update(scored)
         run.events.emit(StepLogged(step=step, metrics=logs, max_steps=max_steps, epoch=epoch, elapsed_s=elapsed,
                                    episode_errors=errors, episodes=episodes))
 
@@ -277,9 +313,10 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         run.events.emit(StatusChanged(status="training", message=f"{max_steps} steps"))
 
     try:
+        _quiet_libraries()
         run.events.emit(StatusChanged(status="loading model", message=params.model or ""))
         model = load_model(model_path, tokenizer=tokenizer)  # resizes embeddings if a pad token was added
-        config = params.to_grpo_config(str(run.output_dir))
+        config = params.to_grpo_config(str(run.output_dir), **distributed_overrides())
         reward = EnvReward(prepared.env, workers=params.rl_env_workers, timeout=params.rl_episode_timeout,
                            max_error_rate=params.rl_max_error_rate)
         callback = events_callback(on_log=on_log, on_train_begin=on_train_begin, should_stop=lambda: run.stop_requested)
@@ -294,8 +331,10 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         )
         drop_console_callbacks(trainer)
         trainer.grpo_magic_reward = reward
-        trainer.grpo_magic_on_scored = lambda payloads, n: _emit_scored(run, payloads, n)
-        reward.bind(trainer.accelerator.unwrap_model(trainer.model), tokenizer)
+        trainer.grpo_magic_on_scored = on_scored
+        reward.defer_failure = trainer.accelerator.num_processes > 1
+        policy = trainer.accelerator.unwrap_model(trainer.model)
+        reward.bind(policy, tokenizer, generator=generator_for_trainer(trainer, policy, tokenizer))
         checkpoint = _last_checkpoint(run.output_dir) if resume else None
         trainer.train(resume_from_checkpoint=checkpoint)
         if run.stop_requested:
@@ -306,6 +345,8 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         status, reason, run.exception = "failed", str(exc), exc
     except Exception as exc:  # noqa: BLE001 - any failure ends the run cleanly, with its reason kept
         status, reason, run.exception = "failed", _oom_hint(exc), exc
+    except BaseException as exc:  # noqa: BLE001 - SystemExit from an env's sys.exit(): a failure, not "completed"
+        status, reason, run.exception = "failed", f"{type(exc).__name__}: {exc}", exc
     finally:
         saved: list[str] = []
         if trainer is not None:
@@ -326,12 +367,46 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         run._finished.set()
 
 
+def _complete_checkpoint(path: Path) -> bool:
+    """Trainer writes trainer_state.json last: without a readable one, the save was cut short (a kill)."""
+    import json
+
+    try:
+        return isinstance(json.loads((path / "trainer_state.json").read_text(encoding="utf-8")), dict)
+    except (OSError, ValueError):
+        return False
+
+
 def _last_checkpoint(output_dir: Path) -> str | None:
+    """The newest complete checkpoint; one a killed process left half-written is passed over."""
     checkpoints = sorted(
-        (p for p in output_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
+        (p for p in output_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit() and _complete_checkpoint(p)),
         key=lambda p: int(p.name.split("-")[-1]),
     )
     return str(checkpoints[-1]) if checkpoints else None
+
+
+def _checkpoint_to_resume(output_dir: Path) -> str:
+    """The checkpoint a resumed run continues from; no checkpoint is a clear error before any model loads."""
+    checkpoint = _last_checkpoint(output_dir)
+    if checkpoint is None:
+        where = "does not exist" if not output_dir.exists() else "has no complete checkpoint-* folder"
+        raise GRPOMagicError(
+            f"Cannot resume: {output_dir} {where}; checkpoints are saved every --save-steps steps, so train "
+            "without --resume to start afresh, or pass the --project-name of the run to continue."
+        )
+    return checkpoint
+
+
+def _history_before(output_dir: Path, step: int) -> list[dict[str, Any]]:
+    """The metrics of steps 1..``step`` from the run log, so that a resumed run's history is whole."""
+    if not (output_dir / RUN_LOG_NAME).exists():
+        return []
+    history: dict[int, dict[str, Any]] = {}
+    for event in read_run_log(output_dir):
+        if isinstance(event, StepLogged) and event.step <= step:
+            history[event.step] = {"step": event.step, **event.metrics}  # a later attempt at a step wins
+    return [history[s] for s in sorted(history)]
 
 
 def _set_aside_old_log(output_dir: Path) -> None:
@@ -373,8 +448,12 @@ def train(
             )
     params, prepared, model_path, tokenizer = prepare(params, env)
     output_dir = Path(params.project_name).expanduser().resolve()
+    checkpoint = _checkpoint_to_resume(output_dir) if resume else None
 
     run = GRPORun(params, prepared.spec.name, output_dir)
+    if checkpoint is not None:  # the steps before the checkpoint are part of this run's history
+        run.history = _history_before(output_dir, int(Path(checkpoint).name.split("-")[-1]))
+        run.step = run.history[-1]["step"] if run.history else 0
     subscribers: list[Callable[[Event], None]] = []
     trainer_callbacks: list[Any] = []
     for cb in callbacks or ():

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .reward import BatchRecord, EnvReward
+from .reward import BatchRecord, EnvErrorRateExceeded, EnvReward
 
 #: (record, advantages) of each process, in process order.
 ScoredHook = Callable[[list[tuple[BatchRecord, list[float]]], int], None]
@@ -41,12 +41,18 @@ def trainer_class() -> type:
             if reward is None or hook is None or not self.model.training:
                 return output
             record, reward.last_batch = reward.last_batch, None
+            # TRL computed the advantages over all processes' rewards and kept this process's slice,
+            # in the order of its completions: the same order as this process's reward record.
             advantages = output["advantages"].detach().float().reshape(-1).cpu().tolist()
             payload = [(record, advantages)]
             if self.accelerator.num_processes > 1:
-                payload = gather_object(payload)  # every rank's groups, not only rank 0's
+                # Every rank's groups in rank order; a group split across two ranks is whole again.
+                payload = gather_object(payload)
             if self.accelerator.is_main_process:
                 hook([p for p in payload if p[0] is not None], self.num_generations)
+            failures = [p[0].failure for p in payload if p[0] is not None and p[0].failure]
+            if failures:  # raised on every process at once, after the main one logged the step's groups
+                raise EnvErrorRateExceeded(failures[0])
             return output
 
     _TRAINER_CLASS = ObservedGRPOTrainer
@@ -77,7 +83,12 @@ def events_callback(
             on_log(state.global_step, dict(logs), state.max_steps, state.epoch, time.monotonic() - self.started)
 
         def on_step_end(self, args, state, control, **kwargs):
-            if should_stop():
+            stop = should_stop()
+            if args.world_size > 1:  # every process stops at the same step, or the others wait forever
+                from accelerate.utils import gather_object
+
+                stop = any(gather_object([stop]))
+            if stop:
                 control.should_training_stop = True
 
     return EventsCallback()

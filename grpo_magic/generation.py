@@ -1,0 +1,228 @@
+"""Generation for multi-turn episodes: continue a conversation with the fastest engine at hand.
+
+An env that continues an episode (a tool result comes back, the model answers again) would call
+``model.generate`` on the policy: on a GPU run with ``--use-vllm`` that is the slow path while a
+vLLM engine sits idle. An env whose ``score_episode`` names a ``generator`` parameter gets one of
+these objects instead (envs that do not name it are called exactly as before):
+
+    def score_episode(self, model, tokenizer, completion, case_idx, generator=None):
+        reply = generator.chat(messages, tools=self.get_tools(), max_new_tokens=64)
+
+``generate(messages_or_text, max_new_tokens=..., tools=...)`` returns the reply text. The prompt is
+always rendered here with the tokenizer's chat template (so HF and vLLM see the same tokens) and
+the reply is cut at the end of the turn, tool-call markup kept. The engines:
+
+- ``hf``: ``model.generate`` on the policy (CPU, one GPU, or no vLLM);
+- ``vllm-colocate``: TRL's in-process engine (``trainer.vllm_generation.llm``), which already
+  holds this step's weights;
+- ``vllm-server``: TRL's server (``trl vllm-serve``), which TRL updates every step; every process
+  can reach it over HTTP.
+
+Where a vLLM engine cannot take single requests (colocate with tensor parallelism, whose
+generate is a collective call, or with sleep mode, which drops the weights between steps) the
+helper says so once and uses HF generate.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: Tokens that end an assistant turn in the chat templates we know (besides eos and pad).
+END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>")
+
+
+class PromptTooLong(ValueError):
+    """The conversation plus the reply would not fit the model's context: end the episode there."""
+
+
+def decode_reply(tokenizer: Any, ids: list[int]) -> str:
+    """Text of generated ids up to the end of the turn, keeping tool-call markup tokens."""
+    stop = {tokenizer.eos_token_id, tokenizer.pad_token_id}
+    vocab = tokenizer.get_vocab()
+    stop.update(vocab[t] for t in END_OF_TURN if t in vocab)
+    stop.discard(None)
+    for i, token_id in enumerate(ids):
+        if token_id in stop:
+            ids = ids[:i]
+            break
+    text = tokenizer.decode(ids, skip_special_tokens=False)
+    for special in tokenizer.all_special_tokens:
+        if "tool_call" not in special:
+            text = text.replace(special, "")
+    return text.strip()
+
+
+class EpisodeGenerator:
+    """Renders a prompt, generates one reply with some engine, and decodes it; subclasses pick the engine."""
+
+    backend = "base"
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_new_tokens: int = 128,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} backend={self.backend}>"
+
+    # ------------------------------------------------------------ what envs call
+
+    def generate(self, messages_or_text: str | list[dict[str, Any]], max_new_tokens: int | None = None,
+                 tools: list[dict[str, Any]] | None = None) -> str:
+        """The model's next reply: a string prompt is used as is, chat messages go through the chat template."""
+        text = self.render(messages_or_text, tools=tools)
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        budget = max_new_tokens if max_new_tokens is not None else self.max_new_tokens
+        limit = self.context_length()
+        if limit is not None and len(ids) + budget > limit:
+            raise PromptTooLong(
+                f"the conversation has {len(ids)} tokens and the reply may take {budget} more, past the model's "
+                f"context of {limit} tokens; end the episode or lower max_new_tokens"
+            )
+        return decode_reply(self.tokenizer, self._complete(list(ids), budget))
+
+    def chat(self, messages: list[dict[str, Any]], max_new_tokens: int | None = None,
+             tools: list[dict[str, Any]] | None = None) -> str:
+        """The next assistant turn of a conversation (a list of chat messages)."""
+        if isinstance(messages, str):
+            raise TypeError("chat() takes a list of chat messages; use generate() for a text prompt")
+        return self.generate(messages, max_new_tokens=max_new_tokens, tools=tools)
+
+    def render(self, messages_or_text: str | list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
+        """The prompt text the engine sees."""
+        if isinstance(messages_or_text, str):
+            return messages_or_text
+        kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": False}
+        if tools:
+            kwargs["tools"] = tools
+        return self.tokenizer.apply_chat_template(list(messages_or_text), **kwargs)
+
+    def context_length(self) -> int | None:
+        limit = getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
+        return limit if isinstance(limit, int) else None
+
+    # ------------------------------------------------------------ engines
+
+    def _complete(self, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+        raise NotImplementedError
+
+
+class HFGenerator(EpisodeGenerator):
+    """``model.generate`` on the policy; sampling settings left unset follow the model's generation config."""
+
+    backend = "hf"
+
+    def _complete(self, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+        import torch
+
+        model, tokenizer = self.model, self.tokenizer
+        device = getattr(model, "device", None)
+        if device is None:
+            device = next(model.parameters()).device
+        input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        sampling = {k: v for k, v in self.sampling.items() if v is not None}
+        with torch.no_grad():
+            out = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                                 max_new_tokens=max_new_tokens, do_sample=True, pad_token_id=pad, **sampling)
+        return out[0, len(prompt_ids):].tolist()
+
+
+class VLLMColocateGenerator(EpisodeGenerator):
+    """TRL's colocated vLLM engine (one per process), one request at a time under a lock."""
+
+    backend = "vllm-colocate"
+
+    def __init__(self, llm: Any, model: Any, tokenizer: Any, **kwargs: Any) -> None:
+        super().__init__(model, tokenizer, **kwargs)
+        self.llm = llm
+        self._lock = threading.Lock()
+
+    def context_length(self) -> int | None:
+        try:
+            return int(self.llm.llm_engine.model_config.max_model_len)
+        except (AttributeError, TypeError, ValueError):
+            return super().context_length()
+
+    def _complete(self, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+        from vllm import SamplingParams
+
+        sampling = {k: v for k, v in self.sampling.items() if v is not None}
+        params = SamplingParams(n=1, max_tokens=max_new_tokens, **sampling)
+        with self._lock:  # vLLM's LLM is not thread-safe; episodes may run in worker threads
+            outputs = self.llm.generate([{"prompt_token_ids": prompt_ids}], sampling_params=params, use_tqdm=False)
+        return list(outputs[0].outputs[0].token_ids)
+
+
+class VLLMServerGenerator(EpisodeGenerator):
+    """TRL's vLLM server: the trainer's client on the main process, a client of our own elsewhere."""
+
+    backend = "vllm-server"
+
+    def __init__(self, model: Any, tokenizer: Any, *, client: Any = None, base_url: str | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(model, tokenizer, **kwargs)
+        self.client = client
+        self.base_url = base_url
+        self._lock = threading.Lock()
+
+    def _client(self) -> Any:
+        with self._lock:
+            if self.client is None:  # only the main process holds TRL's client: the others talk HTTP themselves
+                from trl.generation.vllm_client import VLLMClient
+
+                self.client = VLLMClient(base_url=self.base_url, connection_timeout=60.0)
+            return self.client
+
+    def _complete(self, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+        sampling = {k: v for k, v in self.sampling.items() if v is not None}
+        output = self._client().generate(prompts=[prompt_ids], n=1, max_tokens=max_new_tokens, logprobs=None,
+                                         **sampling)
+        return list(output["completion_ids"][0])
+
+
+def generator_for_trainer(trainer: Any, model: Any, tokenizer: Any) -> EpisodeGenerator:
+    """The generator an env gets during training: TRL's vLLM engine when it runs one, else HF generate.
+
+    Sampling follows the run's settings (temperature, top_p, top_k) and ``max_new_tokens`` defaults
+    to ``rl_max_new_tokens``.
+    """
+    args = trainer.args
+    kwargs: dict[str, Any] = {
+        "max_new_tokens": int(getattr(args, "max_completion_length", None) or 128),
+        "temperature": getattr(args, "temperature", None),
+        "top_p": getattr(args, "top_p", None),
+        "top_k": getattr(args, "top_k", None),
+    }
+    if getattr(args, "use_vllm", False):
+        engine = getattr(trainer, "vllm_generation", None)
+        mode = getattr(args, "vllm_mode", "colocate")
+        if mode == "server":
+            client = getattr(engine, "vllm_client", None) or getattr(trainer, "vllm_client", None)
+            base_url = getattr(args, "vllm_server_base_url", None) or (
+                f"http://{getattr(args, 'vllm_server_host', '0.0.0.0')}:{getattr(args, 'vllm_server_port', 8000)}")
+            return VLLMServerGenerator(model, tokenizer, client=client, base_url=base_url, **kwargs)
+        llm = getattr(engine, "llm", None) or getattr(trainer, "llm", None)
+        tp = int(getattr(engine, "tensor_parallel_size", getattr(args, "vllm_tensor_parallel_size", 1)) or 1)
+        sleeping = bool(getattr(engine, "enable_sleep_mode", getattr(args, "vllm_enable_sleep_mode", False)))
+        if llm is not None and tp == 1 and not sleeping:
+            return VLLMColocateGenerator(llm, model, tokenizer, **kwargs)
+        why = ("no engine was found on the trainer" if llm is None else
+               "its generate is a collective call across the tensor-parallel group" if tp > 1 else
+               "sleep mode drops its weights between steps")
+        logger.warning("grpo_magic: episodes continue with HF generate, not the colocated vLLM engine (%s).", why)
+    return HFGenerator(model, tokenizer, **kwargs)

@@ -1,0 +1,513 @@
+"""Scale out from one ``grpo-magic train`` command: several processes, and the vLLM server split.
+
+``grpo-magic train`` trains in its own process on a CPU or a single GPU. On a machine with
+several GPUs (or with ``--num-processes N``) it starts ``accelerate launch`` itself (``torchrun``
+on CPU, where ``accelerate launch --cpu`` starts only one process), and the processes it starts
+train data-parallel with the very same command. With ``--use-vllm --vllm-mode server`` and no
+``--vllm-server-url`` it starts ``trl vllm-serve`` on the last ``vllm_server_gpus`` GPUs, waits
+until the server answers, trains on the other GPUs and stops the server however training ends.
+
+Commands are built as argument lists (never shell strings) so that ``--dry-run`` prints exactly
+what would run. The GPU count can be faked with ``GRPO_MAGIC_FAKE_GPUS=8``, so that the plans for
+machines we do not have can be tested here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import GRPOMagicError
+from .params import GRPOParams
+
+#: Number of GPUs to pretend this machine has (tests and dry runs of cluster plans).
+FAKE_GPUS_ENV = "GRPO_MAGIC_FAKE_GPUS"
+#: Set in the processes the launcher starts, so that they train instead of launching again.
+LAUNCHED_ENV = "GRPO_MAGIC_LAUNCHED"
+#: Seconds ``prepare`` waits for a ``--vllm-server-url`` to answer before saying it does not.
+SERVER_CHECK_TIMEOUT_ENV = "GRPO_MAGIC_VLLM_CHECK_TIMEOUT"
+SERVER_CHECK_TIMEOUT_S = 10.0
+SERVER_LOG_NAME = "vllm-server.log"
+DEFAULT_SERVER_PORT = 8000
+DEFAULT_SERVER_TIMEOUT_S = 900.0
+SERVER_HOST = "127.0.0.1"
+
+
+@dataclass
+class LaunchOptions:
+    """The launcher's own flags: how to start processes, not what to train (so not GRPOParams)."""
+
+    num_processes: int | None = None
+    accelerate_config: str | None = None
+    dry_run: bool = False
+    vllm_server_port: int = DEFAULT_SERVER_PORT
+    vllm_server_timeout: float = DEFAULT_SERVER_TIMEOUT_S
+    resume: bool = False
+    quiet: bool = False
+
+    @classmethod
+    def from_namespace(cls, args: Any) -> LaunchOptions:
+        return cls(**{k: getattr(args, k) for k in cls.__dataclass_fields__ if hasattr(args, k)})
+
+    def check(self) -> None:
+        if self.num_processes is not None and self.num_processes < 1:
+            raise GRPOMagicError(f"--num-processes must be at least 1, got {self.num_processes}.")
+        if self.accelerate_config is not None and not Path(self.accelerate_config).expanduser().is_file():
+            raise GRPOMagicError(
+                f"--accelerate-config {self.accelerate_config} is not a file; write one with `accelerate config` "
+                "(DeepSpeed or FSDP settings) and pass its path."
+            )
+        if not 0 < self.vllm_server_port < 65536:
+            raise GRPOMagicError(f"--vllm-server-port must be a port number, got {self.vllm_server_port}.")
+        if self.vllm_server_timeout <= 0:
+            raise GRPOMagicError(f"--vllm-server-timeout must be positive seconds, got {self.vllm_server_timeout}.")
+
+
+@dataclass
+class Command:
+    """One process to start: its arguments, the environment variables it adds, and its log file."""
+
+    role: str  # "vllm-server" or "train"
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    log: Path | None = None
+
+    def shell(self) -> str:
+        """The command as one line a user can paste into a shell."""
+        assignments = [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
+        return " ".join([*assignments, shlex.join(self.argv)])
+
+
+@dataclass
+class LaunchPlan:
+    """Which processes run where: the GPU assignment and the exact commands."""
+
+    gpus: list[str]
+    train_gpus: list[str]
+    server_gpus: list[str]
+    num_processes: int
+    launcher: str  # "accelerate", "torchrun" or "" (this process trains)
+    train: Command
+    server: Command | None = None
+    server_url: str | None = None
+    server_timeout: float = DEFAULT_SERVER_TIMEOUT_S
+    output_dir: Path = field(default_factory=Path)
+
+    @property
+    def in_process(self) -> bool:
+        return not self.launcher
+
+    def describe(self) -> str:
+        """The dry-run text: GPU assignment first, then each command exactly as it would run."""
+        gpus = f"{len(self.gpus)} GPU{'s' if len(self.gpus) != 1 else ''} visible"
+        gpus += f" ({','.join(self.gpus)})" if self.gpus else ""
+        lines = [f"grpo-magic: {gpus}"]
+        if self.server is not None:
+            lines.append(f"grpo-magic: vLLM server on GPUs {','.join(self.server_gpus)}, "
+                         f"training on GPUs {','.join(self.train_gpus)} ({self.num_processes} processes)")
+        elif self.train_gpus:
+            lines.append(f"grpo-magic: training on GPUs {','.join(self.train_gpus)} ({self.num_processes} "
+                         f"process{'es' if self.num_processes != 1 else ''})")
+        else:
+            lines.append(f"grpo-magic: training on CPU ({self.num_processes} "
+                         f"process{'es' if self.num_processes != 1 else ''})")
+        if self.server is not None:
+            lines.append(f"1. start the vLLM server (log: {self.server.log}):")
+            lines.append(f"   {self.server.shell()}")
+            lines.append(f"2. wait until {self.server_url}/health answers (at most {self.server_timeout:g} s)")
+            lines.append("3. train (the server is stopped when training ends):")
+        else:
+            lines.append("train:" if not self.in_process else "train in this process:")
+        lines.append(f"   {self.train.shell()}")
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- where we are
+
+
+def world_size() -> int:
+    """Processes training together (torchrun and accelerate launch set WORLD_SIZE)."""
+    return max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
+
+
+def inside_launch() -> bool:
+    """True in a process started by a launcher (ours, accelerate launch or torchrun)."""
+    return bool(os.environ.get(LAUNCHED_ENV)) or "LOCAL_RANK" in os.environ or world_size() > 1
+
+
+def visible_gpus() -> list[str]:
+    """The ids of the GPUs this process may use, as CUDA_VISIBLE_DEVICES names them.
+
+    ``GRPO_MAGIC_FAKE_GPUS=N`` pretends there are N GPUs (0..N-1): a plan for a cluster machine
+    can then be checked anywhere.
+    """
+    fake = os.environ.get(FAKE_GPUS_ENV)
+    if fake is not None and fake.strip() != "":
+        try:
+            count = int(fake)
+        except ValueError:
+            raise GRPOMagicError(f"{FAKE_GPUS_ENV} must be a number of GPUs, got {fake!r}.") from None
+        return [str(i) for i in range(max(0, count))]
+    try:
+        import torch
+
+        count = torch.cuda.device_count()
+    except Exception:  # noqa: BLE001 - no usable CUDA is zero GPUs, not a crash
+        count = 0
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        names = [name.strip() for name in listed.split(",") if name.strip()]
+        return names[:count]
+    return [str(i) for i in range(count)]
+
+
+def distributed_overrides() -> dict[str, Any]:
+    """GRPOConfig settings a multi-process run needs here: CPU processes must say so.
+
+    Without ``use_cpu`` accelerate sees no GPU and no CPU request, and every torchrun process
+    trains alone on its own copy (the same prompts, no gradient exchange).
+    """
+    if world_size() <= 1:
+        return {}
+    import torch
+
+    return {} if torch.cuda.is_available() else {"use_cpu": True}
+
+
+def end_distributed() -> None:
+    """Tear down the process group at exit; a live gloo group aborts the interpreter on its way out."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------- the plan
+
+
+def _tool(name: str, module: str) -> list[str]:
+    """A console script of this Python's environment (``accelerate``, ``trl``), else its module form."""
+    sibling = Path(sys.executable).with_name(name)
+    if sibling.exists():
+        return [str(sibling)]
+    return [sys.executable, "-m", module]
+
+
+@contextlib.contextmanager
+def _world_size(processes: int) -> Iterator[None]:
+    """Validate params as the training processes will see them (WORLD_SIZE enters the batch check)."""
+    saved = os.environ.get("WORLD_SIZE")
+    os.environ["WORLD_SIZE"] = str(processes)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("WORLD_SIZE", None)
+        else:
+            os.environ["WORLD_SIZE"] = saved
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def plan_launch(params: GRPOParams, options: LaunchOptions, *, gpus: list[str] | None = None) -> LaunchPlan:
+    """Decide how to train: in this process, or which processes to start on which GPUs.
+
+    Raises ``GRPOMagicError`` (one sentence) for a plan that cannot work, before anything starts.
+    """
+    options.check()
+    gpus = visible_gpus() if gpus is None else gpus
+    output_dir = Path(params.project_name).expanduser().resolve()
+    split = params.use_vllm and params.vllm_mode == "server" and not params.vllm_server_url
+    if inside_launch():
+        return _in_process_plan(params, options, gpus, output_dir)
+
+    server_gpus: list[str] = []
+    server_url: str | None = None
+    if split:
+        s, tp = params.vllm_server_gpus, params.vllm_tensor_parallel_size
+        if not gpus:
+            raise GRPOMagicError(
+                "--vllm-mode server without --vllm-server-url starts a vLLM server on its own GPUs, but no GPU is "
+                "visible here; pass --vllm-server-url of a running server (trl vllm-serve), or drop --use-vllm."
+            )
+        if tp > s:
+            raise GRPOMagicError(
+                f"vllm_tensor_parallel_size {tp} needs {tp} GPUs but the vLLM server gets vllm_server_gpus {s}; "
+                f"use --vllm-server-gpus {tp} or --vllm-tensor-parallel-size {s}."
+            )
+        if s % tp:
+            raise GRPOMagicError(
+                f"vllm_server_gpus {s} is not a multiple of vllm_tensor_parallel_size {tp} (the server runs "
+                f"{s}/{tp} model copies); use --vllm-server-gpus {tp * max(1, s // tp)}."
+            )
+        if s >= len(gpus):
+            lower = f"use --vllm-server-gpus {len(gpus) - 1} or fewer, " if len(gpus) > 1 else ""
+            raise GRPOMagicError(
+                f"vllm_server_gpus {s} takes every GPU of this machine ({_plural(len(gpus), 'GPU')} visible) and "
+                f"leaves none to train on; {lower}use --vllm-mode colocate (vLLM shares the training GPUs), or pass "
+                "--vllm-server-url of a server on another machine."
+            )
+        server_gpus = gpus[len(gpus) - s:]
+        available = gpus[: len(gpus) - s]
+        server_url = f"http://{SERVER_HOST}:{options.vllm_server_port}"
+    else:
+        available = gpus
+
+    if options.num_processes is not None:
+        n = options.num_processes
+        if available and n > len(available):
+            left = f"left after the {_plural(len(server_gpus), 'GPU')} of the vLLM server" if split else "visible"
+            verb = "is" if len(available) == 1 else "are"
+            raise GRPOMagicError(
+                f"--num-processes {n} needs {_plural(n, 'GPU')} but only {len(available)} {verb} {left}; "
+                f"use --num-processes {len(available)} or fewer."
+            )
+    else:
+        n = max(1, len(available))
+    train_gpus = available[:n]
+
+    if params.use_vllm and params.vllm_mode == "colocate" and n % params.vllm_tensor_parallel_size:
+        raise GRPOMagicError(
+            f"vllm_tensor_parallel_size {params.vllm_tensor_parallel_size} must divide the {n} training process(es) "
+            "in colocate mode (each group of that many processes shares one vLLM); change --vllm-tensor-parallel-size "
+            "or --num-processes."
+        )
+    child_params = params.replace(vllm_server_url=server_url) if split else params
+    with _world_size(n):
+        child_params.validate()
+
+    if n == 1 and not split and options.accelerate_config is None:
+        return _in_process_plan(params, options, gpus, output_dir, train_gpus=train_gpus)
+
+    args = ["-m", "grpo_magic", "train", *_child_args(child_params, options)]
+    env = {LAUNCHED_ENV: "1"}
+    if train_gpus or options.accelerate_config is not None:
+        launcher = "accelerate"
+        argv = [*_tool("accelerate", "accelerate.commands.launch")]
+        if argv[-1] != "accelerate.commands.launch":
+            argv.append("launch")
+        if options.accelerate_config is not None:  # DeepSpeed / FSDP settings: the file decides the rest
+            argv += ["--config_file", str(Path(options.accelerate_config).expanduser().resolve()),
+                     "--num_processes", str(n)]
+        else:
+            argv += [*(["--multi_gpu"] if n > 1 else []), "--num_processes", str(n), "--num_machines", "1",
+                     "--dynamo_backend", "no"]
+        if not train_gpus:
+            argv.append("--cpu")
+        if train_gpus:
+            env = {"CUDA_VISIBLE_DEVICES": ",".join(train_gpus), **env}
+    else:  # CPU: accelerate launch --cpu starts one process only; torchrun starts them all
+        launcher = "torchrun"
+        argv = [*_tool("torchrun", "torch.distributed.run"), "--standalone", "--nproc_per_node", str(n)]
+    train = Command("train", [*argv, *args], env)
+
+    server = None
+    if split:
+        assert server_url is not None
+        from .models import resolve_model
+
+        model_path = resolve_model(params.model or "")
+        s, tp = params.vllm_server_gpus, params.vllm_tensor_parallel_size
+        serve = [*_tool("trl", "trl.cli.main"), "vllm-serve", "--model", model_path,
+                 "--tensor-parallel-size", str(tp)]
+        if s > tp:
+            serve += ["--data-parallel-size", str(s // tp)]
+        serve += ["--host", SERVER_HOST, "--port", str(options.vllm_server_port)]
+        server = Command("vllm-server", serve, {"CUDA_VISIBLE_DEVICES": ",".join(server_gpus)},
+                         log=output_dir / SERVER_LOG_NAME)
+    return LaunchPlan(gpus=gpus, train_gpus=train_gpus, server_gpus=server_gpus, num_processes=n,
+                      launcher=launcher, train=train, server=server, server_url=server_url,
+                      server_timeout=options.vllm_server_timeout, output_dir=output_dir)
+
+
+def _child_args(params: GRPOParams, options: LaunchOptions) -> list[str]:
+    """The training flags of every launched process: the params, plus --resume/--quiet."""
+    return [*params.to_cli_args(), *(["--resume"] if options.resume else []), *(["--quiet"] if options.quiet else [])]
+
+
+def _in_process_plan(params: GRPOParams, options: LaunchOptions, gpus: list[str], output_dir: Path,
+                     train_gpus: list[str] | None = None) -> LaunchPlan:
+    argv = ["grpo-magic", "train", *_child_args(params, options)]
+    return LaunchPlan(gpus=gpus, train_gpus=train_gpus if train_gpus is not None else gpus[:1], server_gpus=[],
+                      num_processes=1, launcher="", train=Command("train", argv), output_dir=output_dir)
+
+
+# ---------------------------------------------------------------- running a plan
+
+
+def preflight(params: GRPOParams, plan: LaunchPlan) -> None:
+    """Check in the launching process everything the training processes would reject, before starting any."""
+    from .env import prepare_env, resolve_env
+    from .models import load_tokenizer, resolve_model
+    from .run import _check_generation_length, _check_vllm_installed
+
+    child = params.replace(vllm_server_url=plan.server_url) if plan.server_url else params
+    with _world_size(plan.num_processes):
+        child.validate()
+    spec = resolve_env(child)
+    model_path = resolve_model(child.model or "")
+    _check_generation_length(child, model_path)
+    if child.use_vllm:
+        _check_vllm_installed(cuda=bool(plan.gpus))
+    prepare_env(spec, load_tokenizer(model_path))
+
+
+def server_answers(url: str, timeout: float = 5.0) -> bool:
+    """True when a vLLM server (``trl vllm-serve``) answers its health check at ``url``."""
+    base = url.rstrip("/")
+    for path in ("/health", "/health/"):
+        try:
+            with urllib.request.urlopen(base + path, timeout=timeout) as response:  # noqa: S310 - our own URL check
+                if response.status == 200:
+                    return True
+        except (urllib.error.URLError, OSError, ValueError):
+            continue
+    return False
+
+
+def check_server(url: str, timeout: float | None = None) -> None:
+    """Raise a clear ``GRPOMagicError`` unless the vLLM server at ``url`` answers within ``timeout`` seconds."""
+    if timeout is None:
+        timeout = float(os.environ.get(SERVER_CHECK_TIMEOUT_ENV, SERVER_CHECK_TIMEOUT_S))
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if server_answers(url, timeout=max(0.5, min(5.0, left))):
+            return
+        if time.monotonic() >= deadline:
+            raise GRPOMagicError(
+                f"The vLLM server at {url} does not answer (no reply from {url.rstrip('/')}/health within "
+                f"{timeout:g} s); start it with `trl vllm-serve --model MODEL` on that machine, check the URL, or "
+                "drop --vllm-server-url to let grpo-magic train start one on this machine's GPUs."
+            )
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+
+def _port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((SERVER_HOST, port)) == 0
+
+
+def _log_tail(path: Path | None, lines: int = 15) -> str:
+    if path is None or not path.exists():
+        return ""
+    text = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-lines:]
+    return "\n".join(text)
+
+
+def start_server(command: Command) -> subprocess.Popen:
+    """Start the vLLM server in its own session (a Ctrl-C of training does not reach it; we stop it)."""
+    assert command.log is not None
+    command.log.parent.mkdir(parents=True, exist_ok=True)
+    log = open(command.log, "ab")  # noqa: SIM115 - owned by the server process; closed with it
+    try:
+        return subprocess.Popen(command.argv, env={**os.environ, **command.env}, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    except FileNotFoundError as exc:
+        raise GRPOMagicError(f"Could not start the vLLM server: {exc.filename} not found; pip install "
+                             "'grpo-magic[vllm]' (vllm and trl) on this machine.") from None
+    finally:
+        log.close()
+
+
+def wait_for_server(url: str, process: subprocess.Popen, timeout: float, log: Path | None) -> None:
+    """Wait until the server we started answers; fail fast if it exits, and quote its log either way."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise GRPOMagicError(
+                f"The vLLM server exited with status {process.returncode} before answering at {url}; its log is "
+                f"{log}. Last lines:\n{_log_tail(log)}"
+            )
+        if server_answers(url, timeout=2.0):
+            return
+        time.sleep(2.0)
+    raise GRPOMagicError(
+        f"The vLLM server did not answer at {url}/health within {timeout:g} s (raise --vllm-server-timeout for a "
+        f"large model); its log is {log}. Last lines:\n{_log_tail(log)}"
+    )
+
+
+def stop_process(process: subprocess.Popen, grace: float = 30.0) -> None:
+    """SIGTERM the process's whole session, then SIGKILL what is left after ``grace`` seconds."""
+    if process.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, sig)
+        try:
+            process.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+class _Terminated(Exception):
+    """SIGTERM reached the launcher: stop training, then the server, then exit."""
+
+
+def execute(plan: LaunchPlan, params: GRPOParams) -> int:
+    """Run a plan: the vLLM server if any (waited for), then training; returns training's exit status.
+
+    The server is stopped however training ends: success, failure, Ctrl-C or SIGTERM.
+    """
+    preflight(params, plan)
+    server: subprocess.Popen | None = None
+    trainer: subprocess.Popen | None = None
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise _Terminated()
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        if plan.server is not None:
+            assert plan.server_url is not None
+            port = int(plan.server_url.rsplit(":", 1)[1])
+            if _port_in_use(port):
+                raise GRPOMagicError(
+                    f"Port {port} is already in use, so the vLLM server cannot start there; pass "
+                    "--vllm-server-port with a free port, or --vllm-server-url if that is a vLLM server already."
+                )
+            print(f"grpo-magic: starting the vLLM server on GPUs {','.join(plan.server_gpus)} (log: "
+                  f"{plan.server.log})", file=sys.stderr, flush=True)
+            server = start_server(plan.server)
+            wait_for_server(plan.server_url, server, plan.server_timeout, plan.server.log)
+            print(f"grpo-magic: the vLLM server answers at {plan.server_url}", file=sys.stderr, flush=True)
+        where = f"GPUs {','.join(plan.train_gpus)}" if plan.train_gpus else "CPU"
+        processes = f"{plan.num_processes} training process{'es' if plan.num_processes != 1 else ''}"
+        print(f"grpo-magic: starting {processes} on {where} "
+              f"({plan.launcher})", file=sys.stderr, flush=True)
+        trainer = subprocess.Popen(plan.train.argv, env={**os.environ, **plan.train.env})
+        while True:
+            try:
+                return trainer.wait()
+            except KeyboardInterrupt:  # Ctrl-C reached the training processes too: let them save and end
+                continue
+    except _Terminated:
+        if trainer is not None and trainer.poll() is None:
+            trainer.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                trainer.wait(timeout=60)
+        return 143
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if server is not None:
+            stop_process(server)

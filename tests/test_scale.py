@@ -1,0 +1,467 @@
+"""Scale out: several processes, the vLLM server split, vLLM for episodes, notebook to cluster.
+
+Real multi-process runs use torchrun on CPU (gloo). What needs GPUs or vLLM is checked through
+the plans (GPU count faked with GRPO_MAGIC_FAKE_GPUS), a stand-in HTTP server, and stand-in
+engines; scripts/gpu_smoke.sh runs the real thing on a GPU machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+import types
+from pathlib import Path
+
+import pytest
+from datasets import Dataset
+
+from envs.hotel_env import HotelEnv
+from envs.letters import LettersEnv
+from grpo_magic import GRPOMagicError, GRPOParams, read_run_log, train
+from grpo_magic.cli import main
+from grpo_magic.events import GroupScored, RunFinished, RunStarted, StepLogged
+from grpo_magic.generation import (
+    HFGenerator,
+    PromptTooLong,
+    VLLMColocateGenerator,
+    VLLMServerGenerator,
+    generator_for_trainer,
+)
+from grpo_magic.launch import Command, LaunchOptions, LaunchPlan, execute, plan_launch
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Distinct prompts, and a score that tells which process scored the episode (rank 0 below 0.5,
+# rank 1 from 0.5 up), so the run log shows whose groups it holds and in what order.
+RANKED_ENV = '''
+import os
+from datasets import Dataset
+
+
+class RankedEnv:
+    def build_dataset(self, tokenizer):
+        return Dataset.from_dict({"prompt": [f"Say a{i}: " for i in range(64)]})
+
+    def score_episode(self, model, tokenizer, completion, prompt):
+        rank = int(os.environ.get("RANK", "0"))
+        return 0.5 * rank + 0.4 * completion.count("a") / max(1, len(completion))
+'''
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GRPO_MAGIC_LAUNCHED")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.update(extra)
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _trl_advantages(scores: list[float]) -> list[float]:
+    mean = statistics.fmean(scores)
+    return [(s - mean) / (statistics.stdev(scores) + 1e-4) for s in scores]
+
+
+# ---------------------------------------------------------------- several processes for real
+
+
+def test_two_torchrun_processes_train_one_run_with_every_rank_s_groups_once(tmp_path):
+    (tmp_path / "ranked_env.py").write_text(textwrap.dedent(RANKED_ENV))
+    # 6 completions per process, groups of 4: 3 groups a step, the middle one split across the two ranks.
+    proc = subprocess.run(
+        ["torchrun", "--standalone", "--nproc_per_node", "2", "-m", "grpo_magic", "train", "--model", "tiny",
+         "--rl-env-module", "ranked_env", "--rl-env-class", "RankedEnv", "--batch-size", "6",
+         "--rl-num-generations", "4", "--rl-max-new-tokens", "8", "--max-steps", "2", "--project-name", "out"],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("grpo-magic: completed after 2 steps") == 1  # only the main process reports
+    events = list(read_run_log(tmp_path / "out"))
+    assert sum(isinstance(e, RunStarted) for e in events) == 1 and isinstance(events[-1], RunFinished)
+    assert events[-1].status == "completed"
+    for step in (1, 2):
+        groups = [e for e in events if isinstance(e, GroupScored) and e.step == step]
+        assert [g.group for g in groups] == [0, 1, 2]  # 2 processes x 6 / 4 generations
+        assert len({g.prompt for g in groups}) == 3  # each rank got its own prompts, none twice
+        scores = [s for g in groups for s in g.scores]
+        assert all(s < 0.5 for s in scores[:6]) and all(s >= 0.5 for s in scores[6:])  # rank 0, then rank 1
+        for g in groups:  # the advantages TRL computed over the whole group, split or not
+            assert g.advantages == pytest.approx(_trl_advantages(g.scores), abs=2e-3)
+        logged = next(e for e in events if isinstance(e, StepLogged) and e.step == step)
+        assert logged.episodes == 12
+    out = tmp_path / "out"
+    assert (out / "model.safetensors").exists() and len(list(out.glob("events*.jsonl"))) == 1
+    assert sorted(p.name for p in tmp_path.rglob("model.safetensors") if "checkpoint" not in str(p)) == [
+        "model.safetensors"]
+
+
+def test_num_processes_on_cpu_starts_torchrun_itself(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpo_magic", "train", "--model", "tiny", "--rl-env-module", "envs.letters",
+         "--rl-env-class", "LettersEnv", "--batch-size", "4", "--rl-max-new-tokens", "8", "--max-steps", "1",
+         "--project-name", str(tmp_path / "out"), "--num-processes", "2", "--quiet"],
+        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "starting 2 training processes on CPU (torchrun)" in proc.stderr
+    groups = [e for e in read_run_log(tmp_path / "out") if isinstance(e, GroupScored)]
+    assert len(groups) == 2  # 2 x 4 completions, groups of 4
+
+
+# ---------------------------------------------------------------- plans (GPUs faked)
+
+BASE = ["train", "--model", "tiny", "--rl-env-module", "envs.letters", "--rl-env-class", "LettersEnv"]
+SERVER = ["--use-vllm", "--vllm-mode", "server"]
+
+
+def _dry_run(capsys, monkeypatch, gpus: int | None, *flags: str) -> tuple[int, str, str]:
+    if gpus is None:
+        monkeypatch.delenv("GRPO_MAGIC_FAKE_GPUS", raising=False)
+    else:
+        monkeypatch.setenv("GRPO_MAGIC_FAKE_GPUS", str(gpus))
+    code = main([*BASE, *flags, "--dry-run"])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _line(out: str, needle: str) -> list[str]:
+    return shlex.split(next(line for line in out.splitlines() if needle in line))
+
+
+def test_server_split_on_8_gpus_with_2_for_vllm_and_tensor_parallel_2(capsys, monkeypatch, tiny_path):
+    code, out, err = _dry_run(capsys, monkeypatch, 8, *SERVER, "--vllm-server-gpus", "2",
+                              "--vllm-tensor-parallel-size", "2")
+    assert code == 0, err
+    assert "vLLM server on GPUs 6,7, training on GPUs 0,1,2,3,4,5 (6 processes)" in out
+    serve = _line(out, "vllm-serve --model")
+    assert serve[0] == "CUDA_VISIBLE_DEVICES=6,7" and Path(serve[1]).name == "trl" and serve[2] == "vllm-serve"
+    assert serve[serve.index("--model") + 1] == tiny_path
+    assert serve[serve.index("--tensor-parallel-size") + 1] == "2" and "--data-parallel-size" not in serve
+    assert serve[serve.index("--port") + 1] == "8000"
+    trainer = _line(out, "grpo_magic train")
+    assert trainer[0] == "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5" and "GRPO_MAGIC_LAUNCHED=1" in trainer
+    assert trainer[trainer.index("--num_processes") + 1] == "6" and "--multi_gpu" in trainer
+    assert "launch" in trainer and trainer[trainer.index("-m") + 1:trainer.index("-m") + 3] == ["grpo_magic", "train"]
+    assert trainer[trainer.index("--vllm-server-url") + 1] == "http://127.0.0.1:8000"
+    assert "wait until http://127.0.0.1:8000/health answers" in out
+
+
+def test_server_mode_on_one_gpu_leaves_nothing_to_train_on(capsys, monkeypatch):
+    code, out, err = _dry_run(capsys, monkeypatch, 1, *SERVER)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "leaves none to train on" in err and "--vllm-mode colocate" in err
+
+
+def test_server_mode_without_gpus_asks_for_a_url(capsys, monkeypatch):
+    code, _, err = _dry_run(capsys, monkeypatch, 0, *SERVER)
+    assert code == 2 and "no GPU is visible" in err and "--vllm-server-url" in err
+
+
+def test_colocate_on_8_gpus_trains_on_all_of_them(capsys, monkeypatch):
+    code, out, err = _dry_run(capsys, monkeypatch, 8, "--use-vllm")
+    assert code == 0, err
+    assert "vllm-serve" not in out
+    trainer = _line(out, "grpo_magic train")
+    assert trainer[0] == "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"
+    assert trainer[trainer.index("--num_processes") + 1] == "8" and "--vllm-server-url" not in trainer
+
+
+@pytest.mark.parametrize(("gpus", "flags", "needle"), [
+    (8, ["--use-vllm", "--vllm-tensor-parallel-size", "3"], "must divide the 8 training process"),
+    (8, ["--num-processes", "10"], "--num-processes 10 needs 10 GPUs but only 8 are visible"),
+    (8, [*SERVER, "--vllm-server-gpus", "2", "--num-processes", "7"], "left after the 2 GPUs of the vLLM server"),
+    (8, [*SERVER, "--vllm-server-gpus", "1", "--vllm-tensor-parallel-size", "2"], "use --vllm-server-gpus 2"),
+    (0, ["--num-processes", "2", "--batch-size", "3"], "x 2 processes"),
+    (0, ["--accelerate-config", "missing.yaml"], "accelerate config"),
+])
+def test_plans_that_cannot_work_exit_2_before_anything_starts(capsys, monkeypatch, gpus, flags, needle):
+    code, out, err = _dry_run(capsys, monkeypatch, gpus, *flags)
+    assert code == 2 and out == "" and needle in err, err
+
+
+def test_cpu_processes_use_torchrun_and_an_accelerate_config_is_passed_through(capsys, monkeypatch, tmp_path):
+    code, out, _ = _dry_run(capsys, monkeypatch, 0, "--num-processes", "2", "--batch-size", "2")
+    assert code == 0
+    trainer = _line(out, "grpo_magic train")
+    assert Path(trainer[1]).name == "torchrun" and trainer[trainer.index("--nproc_per_node") + 1] == "2"
+    config = tmp_path / "ds.yaml"
+    config.write_text("distributed_type: DEEPSPEED\n")
+    code, out, _ = _dry_run(capsys, monkeypatch, 4, "--accelerate-config", str(config))
+    trainer = _line(out, "grpo_magic train")
+    assert code == 0 and trainer[trainer.index("--config_file") + 1] == str(config)
+    assert trainer[trainer.index("--num_processes") + 1] == "4" and "--multi_gpu" not in trainer
+
+
+def test_one_gpu_or_none_trains_in_this_process(capsys, monkeypatch):
+    for gpus in (0, 1):
+        code, out, _ = _dry_run(capsys, monkeypatch, gpus)
+        assert code == 0 and "train in this process:" in out and "torchrun" not in out and "accelerate" not in out
+
+
+def test_a_launched_process_never_launches_again(monkeypatch):
+    monkeypatch.setenv("GRPO_MAGIC_FAKE_GPUS", "8")
+    monkeypatch.setenv("GRPO_MAGIC_LAUNCHED", "1")
+    plan = plan_launch(GRPOParams(model="tiny"), LaunchOptions())
+    assert plan.in_process
+
+
+# ---------------------------------------------------------------- the vLLM server
+
+FAKE_SERVER = '''
+import sys, http.server
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path.rstrip("/") == "/health" else 404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        print("request", self.path, flush=True)
+
+print("fake vLLM server starting", flush=True)
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+'''
+
+
+def _plan(tmp_path: Path, server_argv: list[str], train_argv: list[str], port: int, timeout: float = 30) -> LaunchPlan:
+    log = tmp_path / "vllm-server.log"
+    return LaunchPlan(gpus=["0", "1"], train_gpus=["0"], server_gpus=["1"], num_processes=1, launcher="test",
+                      train=Command("train", train_argv), server=Command("vllm-server", server_argv, log=log),
+                      server_url=f"http://127.0.0.1:{port}", server_timeout=timeout, output_dir=tmp_path)
+
+
+LETTERS = GRPOParams(model="tiny", rl_env_module="envs.letters", rl_env_class="LettersEnv")
+
+
+def test_the_launcher_waits_for_its_server_trains_and_stops_the_server(tmp_path):
+    port = _free_port()
+    (tmp_path / "server.py").write_text(FAKE_SERVER)
+    probe = (f"import urllib.request; r = urllib.request.urlopen('http://127.0.0.1:{port}/health'); "
+             "raise SystemExit(3 if r.status == 200 else 1)")
+    plan = _plan(tmp_path, [sys.executable, str(tmp_path / "server.py"), str(port)], [sys.executable, "-c", probe],
+                 port)
+    assert execute(plan, LETTERS) == 3  # training saw the server, and its exit status comes back
+    time.sleep(0.2)
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", port)) != 0  # the server is gone
+    assert "fake vLLM server starting" in (tmp_path / "vllm-server.log").read_text()
+
+
+def test_a_server_that_dies_or_never_answers_is_reported_with_its_log(tmp_path):
+    port = _free_port()
+    dies = [sys.executable, "-c", "print('CUDA out of memory while loading'); raise SystemExit(1)"]
+    with pytest.raises(GRPOMagicError, match="(?s)exited with status 1.*CUDA out of memory"):
+        execute(_plan(tmp_path, dies, [sys.executable, "-c", "pass"], port), LETTERS)
+    silent = [sys.executable, "-c", "import time; print('loading weights'); time.sleep(60)"]
+    start = time.monotonic()
+    with pytest.raises(GRPOMagicError, match=r"(?s)did not answer .* within 1 s.*loading weights"):
+        execute(_plan(tmp_path, silent, [sys.executable, "-c", "pass"], port, timeout=1), LETTERS)
+    assert time.monotonic() - start < 20
+
+
+SERVER_PARAMS = dict(model="tiny", use_vllm=True, vllm_mode="server", rl_max_new_tokens=8)
+
+
+def test_a_server_url_that_does_not_answer_fails_before_the_model_loads(in_tmp, monkeypatch):
+    monkeypatch.setenv("GRPO_MAGIC_VLLM_CHECK_TIMEOUT", "2")
+    import grpo_magic.models
+
+    monkeypatch.setattr(grpo_magic.models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    url = f"http://127.0.0.1:{_free_port()}"
+    start = time.monotonic()
+    with pytest.raises(GRPOMagicError) as info:
+        train(GRPOParams(**SERVER_PARAMS, vllm_server_url=url), LettersEnv())
+    assert time.monotonic() - start < 10
+    assert url in str(info.value) and "trl vllm-serve" in str(info.value)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpo_magic", *BASE, *SERVER, "--vllm-server-url", url],
+        cwd=REPO, env=_env(GRPO_MAGIC_VLLM_CHECK_TIMEOUT="2"), capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and url in proc.stderr, proc.stderr
+
+
+def test_a_server_url_that_answers_passes_the_check(in_tmp, tmp_path):
+    port = _free_port()
+    (tmp_path / "server.py").write_text(FAKE_SERVER)
+    server = subprocess.Popen([sys.executable, str(tmp_path / "server.py"), str(port)], stdout=subprocess.DEVNULL)
+    try:
+        from grpo_magic.launch import check_server
+
+        check_server(f"http://127.0.0.1:{port}", timeout=20)
+        with pytest.raises(GRPOMagicError, match="vllm package"):  # the next check: vLLM itself is not here
+            train(GRPOParams(**SERVER_PARAMS, vllm_server_url=f"http://127.0.0.1:{port}"), LettersEnv())
+    finally:
+        server.kill()
+        server.wait()
+
+
+# ---------------------------------------------------------------- generation for episodes
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_path):
+    from grpo_magic.models import load_model, load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_path)
+    return load_model(tiny_path, tokenizer=tokenizer).eval(), tokenizer
+
+
+def test_hotel_env_runs_the_same_episode_through_the_hf_generator(tiny):
+    import torch
+
+    model, tokenizer = tiny
+    env = HotelEnv(max_turns=3, max_new_tokens=16)
+    search = env.solution_turns(0)[0]  # a search call: the model must continue the episode
+    torch.manual_seed(0)
+    plain = env.run_episode(model, tokenizer, search, 0)
+    torch.manual_seed(0)
+    helped = env.run_episode(model, tokenizer, search, 0, generator=HFGenerator(model, tokenizer))
+    assert plain.turns >= 2 and len(plain.messages) > 3
+    assert helped.messages == plain.messages and helped.score == plain.score
+
+
+class GeneratorEnv:
+    """Continues each episode with the helper; records what it was given."""
+
+    seen: list[str] = []
+
+    def build_dataset(self, tokenizer):
+        return Dataset.from_dict({"prompt": [f"Say a{i}: " for i in range(16)]})
+
+    def score_episode(self, model, tokenizer, completion, prompt, generator):
+        reply = generator.chat([{"role": "user", "content": prompt}, {"role": "assistant", "content": completion},
+                                {"role": "user", "content": "Again:"}], max_new_tokens=4)
+        GeneratorEnv.seen.append(f"{generator.backend}:{type(reply).__name__}")
+        return reply.count("a") / max(1, len(reply))
+
+
+def test_an_env_that_names_generator_gets_the_helper_during_training(in_tmp):
+    GeneratorEnv.seen = []
+    run = train(GRPOParams(model="tiny", batch_size=4, rl_max_new_tokens=4, max_steps=1), GeneratorEnv())
+    assert run.status == "completed" and run.error_count == 0
+    assert GeneratorEnv.seen == ["hf:str"] * 4
+
+
+def test_the_helper_says_when_a_conversation_no_longer_fits(tiny):
+    model, tokenizer = tiny
+    generator = HFGenerator(model, tokenizer)
+    limit = model.config.max_position_embeddings
+    with pytest.raises(PromptTooLong, match=f"context of {limit} tokens"):
+        generator.generate("a " * limit, max_new_tokens=8)
+
+
+def _fake_trainer(**args):
+    defaults = dict(max_completion_length=32, temperature=0.7, top_p=0.9, top_k=20, use_vllm=True,
+                    vllm_mode="colocate", vllm_tensor_parallel_size=1, vllm_server_base_url="http://h:8000")
+    return types.SimpleNamespace(args=types.SimpleNamespace(**{**defaults, **args}))
+
+
+def test_the_helper_uses_trl_s_vllm_engine_when_the_run_has_one(tiny, monkeypatch):
+    model, tokenizer = tiny
+    reply_ids = tokenizer("hello there", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id, 5, 6]
+    calls = []
+
+    class LLM:  # TRL's colocated engine: trainer.vllm_generation.llm
+        def generate(self, prompts, sampling_params, use_tqdm):
+            calls.append((prompts, sampling_params))
+            return [types.SimpleNamespace(outputs=[types.SimpleNamespace(token_ids=reply_ids)])]
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=lambda **kw: kw))
+    trainer = _fake_trainer()
+    trainer.vllm_generation = types.SimpleNamespace(llm=LLM(), tensor_parallel_size=1, enable_sleep_mode=False)
+    generator = generator_for_trainer(trainer, model, tokenizer)
+    assert isinstance(generator, VLLMColocateGenerator)
+    messages = [{"role": "user", "content": "hi"}]
+    assert generator.chat(messages, max_new_tokens=7) == "hello there"  # cut at the end of the turn
+    prompt, sampling = calls[0]
+    assert prompt == [{"prompt_token_ids": tokenizer(generator.render(messages), add_special_tokens=False)["input_ids"]}]
+    assert sampling == {"n": 1, "max_tokens": 7, "temperature": 0.7, "top_p": 0.9, "top_k": 20}
+
+    class Client:  # TRL's server client: trainer.vllm_generation.vllm_client (main process only)
+        def generate(self, prompts, **kw):
+            calls.append((prompts, kw))
+            return {"completion_ids": [reply_ids]}
+
+    server = _fake_trainer(vllm_mode="server")
+    server.vllm_generation = types.SimpleNamespace(vllm_client=Client())
+    generator = generator_for_trainer(server, model, tokenizer)
+    assert isinstance(generator, VLLMServerGenerator) and generator.generate("Say hi: ") == "hello there"
+    assert calls[-1][1]["max_tokens"] == 32 and calls[-1][1]["n"] == 1
+    other_rank = generator_for_trainer(_fake_trainer(vllm_mode="server"), model, tokenizer)
+    assert other_rank.client is None and other_rank.base_url == "http://h:8000"  # connects itself on first use
+
+    tp2 = _fake_trainer()
+    tp2.vllm_generation = types.SimpleNamespace(llm=LLM(), tensor_parallel_size=2, enable_sleep_mode=False)
+    assert isinstance(generator_for_trainer(tp2, model, tokenizer), HFGenerator)  # a collective call: not per episode
+    assert isinstance(generator_for_trainer(_fake_trainer(use_vllm=False), model, tokenizer), HFGenerator)
+
+
+def test_a_required_generator_parameter_is_not_taken_for_a_missing_column():
+    from grpo_magic.env import check_episode_signature
+
+    check_episode_signature(GeneratorEnv(), ["prompt"])
+
+
+# ---------------------------------------------------------------- notebook to cluster
+
+ENV_CELL = '''
+from datasets import Dataset
+
+class CountEnv:
+    def __init__(self, letter="a"):
+        self.letter = letter
+
+    def build_dataset(self, tokenizer):
+        return Dataset.from_dict({"prompt": [f"Write {self.letter}: "] * 8})
+
+    def score_episode(self, model, tokenizer, completion):
+        return completion.count(self.letter) / max(1, len(completion))
+'''
+
+
+def test_export_to_a_folder_trains_through_launch_sh_in_a_fresh_process(in_tmp, capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "grpo_magic")
+    try:
+        shell.run_cell_magic("grpo_env", '--config {"letter": "b"}', ENV_CELL)
+        form = shell.run_line_magic("grpo_train", "--env CountEnv --model tiny --batch-size 4")
+        form.fields["rl_max_new_tokens"].value = 6  # the form's current values are what gets exported
+        folder = shell.run_line_magic("grpo_export", "CountEnv --to cluster")
+        out = capsys.readouterr().out
+    finally:
+        shell.run_line_magic("unload_ext", "grpo_magic")
+        shell.user_ns.pop("CountEnv", None)
+    assert folder == Path("cluster") and "launch.sh" in out
+    launch = in_tmp / "cluster" / "launch.sh"
+    assert os.access(launch, os.X_OK) and (in_tmp / "cluster" / "count_env.py").exists()
+    script = launch.read_text()
+    assert "--rl-max-new-tokens 6" in script and "--rl-env-config '{\"letter\": \"b\"}'" in script
+    assert "accelerate launch --config_file accelerate_config.yaml -m grpo_magic train" in script
+    import yaml
+
+    assert yaml.safe_load((in_tmp / "cluster" / "accelerate_config.yaml").read_text())["distributed_type"] == "MULTI_GPU"
+    elsewhere = in_tmp / "elsewhere"
+    elsewhere.mkdir()
+    dry = subprocess.run([str(launch), "--dry-run"], cwd=elsewhere, env=_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert dry.returncode == 0 and "train in this process" in dry.stdout, dry.stderr
+    proc = subprocess.run([str(launch), "--max-steps", "1", "--quiet"], cwd=elsewhere, env=_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "completed after 1 steps" in proc.stderr
+    events = list(read_run_log(in_tmp / "cluster" / "grpo-run"))
+    started = next(e for e in events if isinstance(e, RunStarted))
+    assert started.params["rl_max_new_tokens"] == 6 and json.loads(started.params["rl_env_config"]) == {"letter": "b"}
