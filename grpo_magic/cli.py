@@ -119,8 +119,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         run.wait()
     except KeyboardInterrupt:
-        run.stop()
-        run._finished.wait()
+        run.stop()  # the first Ctrl-C: finish the step, save, stop
+        if is_main_process():
+            print(f"{PROG}: stopping after the current step (Ctrl-C again to abort)", file=sys.stderr)
+        try:
+            run._finished.wait()
+        except KeyboardInterrupt:  # the second: leave now, the last checkpoint and the log are on disk
+            print(f"{PROG}: aborted; the run log and the last checkpoint are in {run.output_dir}", file=sys.stderr)
+            return 130
     except GRPOMagicError as exc:
         return _fail(str(exc), code=1)
     finally:

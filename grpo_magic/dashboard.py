@@ -57,6 +57,14 @@ _CURVE_METRICS = (
     "error_rate",
 )
 _MAX_STEP_OPTIONS = 200  # the step selector lists at most this many old steps (thinned evenly)
+# The curves (a matplotlib PNG, ~50-200 ms on a CPU) are the one costly part of a render. Between
+# forced renders they are redrawn at most every max(throttle_s, last drawing's cost / budget)
+# seconds (up to _CURVES_MAX_WAIT), counted from the start of training, so that they take about
+# 1% of the training thread's time however fast the steps and slow the machine (bench/run.py
+# measures it: overhead_ratio). A short run on a CPU thus shows its curves at the end.
+_CURVES_BUDGET = 0.01
+_CURVES_MAX_WAIT = 10.0
+_curves_cost_seen = 0.1  # the last drawing's cost in this process: the next run's first estimate
 _MAX_TEXT_CHARS = 20_000  # one completion or prompt shown in a card (the full text is in the run log)
 _MAX_TRACEBACK_CHARS = 6_000
 _LATEST_TRACEBACKS = 5
@@ -311,7 +319,10 @@ class _RunLogGroups:
             except json.JSONDecodeError:
                 continue
             if isinstance(data, dict) and data.get("type") == "group_scored" and data.get("step") == step:
-                event = event_from_dict(data)
+                try:
+                    event = event_from_dict(data)
+                except ValueError:  # a damaged line: skipped, like read_run_log does
+                    continue
                 assert isinstance(event, GroupScored)
                 out.append(event)
         return out
@@ -356,6 +367,8 @@ class Dashboard:
         self._rendering_enabled = True
         self._last_render = -math.inf
         self._last_render_cost = 0.0
+        self._curves_at = -math.inf  # when the curves were last drawn (time.monotonic)
+        self._curves_cost = _curves_cost_seen  # what that drawing cost (seconds)
         self.render_count = 0
         self.render_seconds = 0.0
         self._figure: _Curves | None = None
@@ -492,6 +505,7 @@ class Dashboard:
             self.status, self._message = event.status, event.message
             if event.status == "training" and self._t_train is None:
                 self._t_train, self._step_at_train = event.time, self.step
+                self._curves_at = time.monotonic()  # the first curves wait for the budget too
             return True
         if isinstance(event, RunFinished):
             self._finished = event
@@ -727,19 +741,27 @@ class Dashboard:
             self._set_once("button", "done", done)
 
     def _render_curves(self, full: bool) -> None:
+        global _curves_cost_seen
         if not self._steps and not self._range_steps:
             return
         drawn = self._rendered.get("curves_version")
         if drawn == (self._curves_version, self._range_version):
             return
-        if not full and drawn is not None and drawn[0] == self._curves_version:
-            return  # only group min/max moved: wait for the step's metrics
+        if not full:
+            if drawn is not None and drawn[0] == self._curves_version:
+                return  # only group min/max moved: wait for the step's metrics
+            wait = max(self.throttle_s, min(self._curves_cost / _CURVES_BUDGET, _CURVES_MAX_WAIT))
+            if time.monotonic() - self._curves_at < wait:
+                return  # drawn by a later render, once the time budget allows (or a forced one)
         self._rendered["curves_version"] = (self._curves_version, self._range_version)
         if self._figure is None:
             self._figure = _Curves()
+        t0 = time.perf_counter()
         self._curves.value = self._figure.png(
             self._steps, self._metrics, self._range_steps, self._range_min, self._range_max
         )
+        self._curves_cost = _curves_cost_seen = time.perf_counter() - t0
+        self._curves_at = time.monotonic()
 
     def _available_steps(self) -> list[int]:
         """Steps whose groups can be shown: in memory, or older ones when the run log is there."""
@@ -747,7 +769,8 @@ class Dashboard:
         reader = self._reader()
         if reader is None:
             return in_mem
-        older = [s for s in reader.steps() if s not in self._groups_mem and s < min(in_mem, default=math.inf)]
+        logged = reader.steps()  # sorted; every step in memory is >= min(in_mem)
+        older = logged[: bisect.bisect_left(logged, min(in_mem, default=math.inf))]
         if len(older) > _MAX_STEP_OPTIONS:
             stride = math.ceil(len(older) / _MAX_STEP_OPTIONS)
             keep = older[::-stride][::-1]  # thin evenly, always keeping the most recent old step

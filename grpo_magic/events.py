@@ -55,8 +55,9 @@ def redact(text: str) -> str:
     if not isinstance(text, str) or not text:
         return text
     for name, value in _secret_values():
-        if value in text:
-            text = text.replace(value, f"<{name} redacted>")
+        for form in dict.fromkeys((value, json.dumps(value, ensure_ascii=False)[1:-1])):  # as is, and inside JSON
+            if form in text:
+                text = text.replace(form, f"<{name} redacted>")
     return _HF_TOKEN.sub("<hf token redacted>", text)
 
 

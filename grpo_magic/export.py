@@ -21,8 +21,9 @@ ACCELERATE_CONFIG_NAME = "accelerate_config.yaml"
 
 def module_source(env_name: str, code: str) -> str:
     """The env cell as a module (the cell's usual import added)."""
-    header = (f'"""Environment {env_name}, exported from a notebook by %grpo_export."""\n\n'
-              "from datasets import Dataset  # noqa: F401 - the usual import of env cells\n\n")
+    header = f'"""Environment {env_name}, exported from a notebook by %grpo_export."""\n\n'
+    if "from datasets import Dataset" not in code:  # the usual import of env cells, once
+        header += "from datasets import Dataset  # noqa: F401\n\n"
     return redact(header + code.strip() + "\n")  # a token typed into the cell must not travel with it
 
 

@@ -95,9 +95,11 @@ def _quote_json_values(line: str) -> str:
 
 def _parse(parser: OneLineParser, line: str) -> argparse.Namespace:
     try:
-        return parser.parse_args(shlex.split(_quote_json_values(line)))
+        words = shlex.split(_quote_json_values(line))
     except ValueError as exc:  # unbalanced quotes
         raise UsageError(f"{parser.prog}: cannot read the line ({exc}); check the quotes.") from None
+    try:  # not in the try above: ArgumentError is a ValueError too, and is no quoting problem
+        return parser.parse_args(words)
     except ArgumentError as exc:
         raise UsageError(str(exc)) from None
 
@@ -347,12 +349,10 @@ class GrpoMagics(Magics):
             raise UsageError(f"{target.name} is not an importable module name; use letters, digits and underscores.")
         if target.exists() and not args.force:
             raise UsageError(f"{target} exists; pass --force to overwrite it.")
-        header = (f'"""Environment {spec.name}, exported from a notebook by %grpo_export."""\n\n'
-                  "from datasets import Dataset  # noqa: F401 - the usual import of env cells\n\n")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        from .events import redact  # a token typed into the cell must not travel with the module
+        from .export import module_source
 
-        target.write_text(redact(header + spec.code.strip() + "\n"), encoding="utf-8")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(module_source(spec.name, spec.code), encoding="utf-8")
         params = self._export_params().replace(
             rl_env_module=target.stem, rl_env_class=spec.cls.__name__ if spec.cls else spec.name,
             rl_env_config=json.dumps(spec.config) if spec.config else None)

@@ -98,7 +98,7 @@ class GRPOParams:
     )
     gradient_accumulation: int = _p(1, "Gradient accumulation steps.", "Optimization", ge=1)
     lr: float = _p(1e-5, "Learning rate.", "Optimization", gt=0)
-    seed: int = _p(42, "Random seed.", "Optimization", ge=0)
+    seed: int = _p(42, "Random seed.", "Optimization", ge=0, le=2**32 - 1, why="numpy seeds are 32-bit")
 
     # LoRA
     peft: bool = _p(False, "Train LoRA adapters (PEFT) instead of every weight.", "LoRA")
@@ -130,6 +130,14 @@ class GRPOParams:
         "none", "Experiment tracker to report to.", "Output", choices=("none", "trackio", "wandb", "tensorboard"),
     )
     push_to_hub: bool = _p(False, "Push the trained weights to the Hugging Face Hub at the end.", "Output")
+
+    def __post_init__(self) -> None:
+        # An empty string in an optional field means "not set", as validation reads it: store None,
+        # so that no "" reaches the command line (--rl-episode-timeout '') or TRL.
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, str) and value == "" and self.is_optional(f.name):
+                setattr(self, f.name, None)
 
     # ---------------------------------------------------------------- introspection
 
@@ -179,15 +187,15 @@ class GRPOParams:
         kind = cls.field_type(name)
         if kind is bool:
             if not isinstance(value, bool):
-                return f"{label} must be true or false, got {value!r}."
+                return f"{label} must be true or false, got {_show(value)}."
             return None
         if kind in (int, float):
             # Integral/Real, not int/float: numpy numbers are fine; an integral float for an int field is not
             # (it would reach TRL as a float). Huge ints are compared exactly, never turned into floats.
             if isinstance(value, bool) or not isinstance(value, numbers.Integral if kind is int else numbers.Real):
                 return f"{label} must be {'an integer' if kind is int else 'a number'}, got {_show(value)}."
-            if not isinstance(value, numbers.Integral) and not math.isfinite(float(value)):
-                return f"{label} must be a finite number, got {value!r}."
+            if kind is float and not _finite_float(value):  # an int past float range too
+                return f"{label} must be a finite number, got {_show(value)}."
             bounds = [
                 ("ge", lambda v, b: v >= b, "at least"), ("gt", lambda v, b: v > b, "greater than"),
                 ("le", lambda v, b: v <= b, "at most"), ("lt", lambda v, b: v < b, "less than"),
@@ -313,6 +321,13 @@ class GRPOParams:
             kwargs["vllm_server_base_url"] = self.vllm_server_url
         kwargs.update(overrides)
         return GRPOConfig(**kwargs)
+
+
+def _finite_float(value: Any) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (OverflowError, ValueError, TypeError):
+        return False
 
 
 @functools.cache
