@@ -63,7 +63,7 @@ _MAX_STEP_OPTIONS = 200  # the step selector lists at most this many old steps (
 # 1% of the training thread's time however fast the steps and slow the machine (bench/run.py
 # measures it: overhead_ratio). A short run on a CPU thus shows its curves at the end.
 _CURVES_BUDGET = 0.01
-_CURVES_MAX_WAIT = 10.0
+_CURVES_MAX_WAIT = 20.0
 _curves_cost_seen = 0.1  # the last drawing's cost in this process: the next run's first estimate
 _MAX_TEXT_CHARS = 20_000  # one completion or prompt shown in a card (the full text is in the run log)
 _MAX_TRACEBACK_CHARS = 6_000

@@ -38,3 +38,17 @@ def in_tmp(tmp_path, monkeypatch):
     """Run in an empty folder, as a user does from their project."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture
+def shell(in_tmp):
+    """A real IPython shell with the extension loaded; names a test defines are removed after it."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    before = set(shell.user_ns)
+    shell.run_line_magic("load_ext", "grpo_magic")
+    yield shell
+    shell.run_line_magic("unload_ext", "grpo_magic")
+    for name in set(shell.user_ns) - before:
+        shell.user_ns.pop(name, None)

@@ -13,7 +13,6 @@ import sys
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
 
 import grpo_magic
 from grpo_magic import GRPOMagicError, GRPOParams
@@ -55,14 +54,6 @@ def model_guard(monkeypatch):
     return loads
 
 
-@pytest.fixture
-def shell(in_tmp):
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "grpo_magic")
-    yield shell
-    shell.run_line_magic("unload_ext", "grpo_magic")
-    for name in ("Env", "Other", "Dataset", "x", "f", "broken"):
-        shell.user_ns.pop(name, None)
 
 
 def _setup(row: BadInput, surface: str, tmp, monkeypatch) -> dict:

@@ -9,7 +9,6 @@ import textwrap
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
 
 import grpo_magic
 from grpo_magic import GRPOParams, registered_envs
@@ -30,14 +29,6 @@ class CountEnv:
 '''
 
 
-@pytest.fixture
-def shell(in_tmp):
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "grpo_magic")
-    yield shell
-    shell.run_line_magic("unload_ext", "grpo_magic")
-    for name in ("CountEnv", "A", "B"):
-        shell.user_ns.pop(name, None)
 
 
 def _env_cell(shell, score="completion.count(self.letter) / max(1, len(completion))", line='--config {"letter": "b"}'):

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
 from transformers import TrainerCallback
 
 import grpo_magic
@@ -112,12 +111,6 @@ class OptimizerProbe(TrainerCallback):
         self.optimizer_state = len(optimizer.state) if optimizer is not None else None
 
 
-@pytest.fixture
-def shell(in_tmp):
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "grpo_magic")
-    yield shell
-    shell.run_line_magic("unload_ext", "grpo_magic")
 
 
 def test_resume_continues_steps_optimizer_log_and_history_from_the_api_and_the_magic(in_tmp, shell):

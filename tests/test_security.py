@@ -7,7 +7,6 @@ import re
 
 import pytest
 from datasets import Dataset
-from IPython.core.interactiveshell import InteractiveShell
 
 import grpo_magic
 import grpo_magic.magics
@@ -107,14 +106,6 @@ class TokenEnv:
 '''
 
 
-@pytest.fixture
-def shell(in_tmp):
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "grpo_magic")
-    yield shell
-    shell.run_line_magic("unload_ext", "grpo_magic")
-    for name in ("TokenEnv", "HOTEL_KEY", "CELL_ONLY_NAME", "Dataset"):
-        shell.user_ns.pop(name, None)
 
 
 def test_exported_modules_launch_scripts_and_printed_commands_hold_no_token(shell, in_tmp, tokens, capsys):
