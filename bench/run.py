@@ -1,0 +1,982 @@
+"""Benchmarks of grpo_magic: what it costs over plain TRL, and what concurrent episodes gain.
+
+    python bench/run.py --quick          # a few minutes
+    python bench/run.py                  # the full run (about 10 minutes on 2 CPU cores)
+    python bench/run.py --quick --json   # the last line printed is one JSON object
+    python bench/run.py --only overhead,scoring
+
+Figures (see bench/RESULTS.md for what each one times and the latest numbers):
+
+- overhead_ratio: training-loop wall time of ``grpo_magic.train`` (events, run log, the dashboard
+  rendering headlessly) over a plain TRL ``GRPOTrainer`` script doing the same work, median of
+  pairwise ratios (goal <= 1.03).
+- concurrent_scoring_speedup: a 50 ms-latency env, sequential scoring vs ``async def
+  score_episode`` and ``rl_env_workers`` threads (goal >= 80% of the ideal).
+- import_ms: ``%load_ext grpo_magic`` in a fresh IPython shell, and proof torch is not imported.
+- dashboard_ms_per_event, memory: the dashboard's cost per event at the throttled rate, and
+  memory of the dashboard and of a run's event handling after 1,000 and 10,000 synthetic steps.
+- learn_seconds: seconds (and steps) until the letters env's mean reward first exceeds a threshold.
+
+Each figure is measured in fresh subprocesses (``--worker NAME``) so that one benchmark's imports,
+threads and memory never leak into another's. Benchmarks are scripts, never timed test assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = Path(__file__).resolve().parent
+RESULT_MARK = "@@BENCH_RESULT "
+
+# The workload of the overhead and learning benchmarks (the issue's letters setting).
+LETTERS = {"batch_size": 16, "rl_num_generations": 8, "rl_max_new_tokens": 16, "lr": 5e-3, "rl_kl_coef": 0.0, "seed": 42}
+
+QUICK = {
+    "overhead": {"procs": 1, "reps": 3, "steps": 40, "sides": ["B", "A", "A0"]},
+    "scoring": {"steps": 3, "episodes": 32, "latency_s": 0.05},
+    "import": {"runs": 3},
+    "dashboard": {"paced_steps": 500, "step_s": 0.1, "memory_steps": (1000, 10000)},
+    "learn": {"runs": 1, "max_steps": 60},
+}
+FULL = {
+    "overhead": {"procs": 2, "reps": 4, "steps": 500, "sides": ["B", "A"]},
+    "scoring": {"steps": 5, "episodes": 32, "latency_s": 0.05},
+    "import": {"runs": 7},
+    "dashboard": {"paced_steps": 2000, "step_s": 0.1, "memory_steps": (1000, 10000)},
+    "learn": {"runs": 3, "max_steps": 60},
+}
+GOALS = {"overhead_ratio": 1.03, "scoring_efficiency": 0.8}
+
+
+# ================================================================================== helpers
+
+
+def _quiet_env(threads: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_VERBOSITY="error",
+        TOKENIZERS_PARALLELISM="false",
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+        PYTHONWARNINGS="ignore",
+        PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    )
+    return env
+
+
+def _spread(values: list[float], digits: int = 3) -> dict[str, Any]:
+    if not values:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    return {
+        "median": round(statistics.median(values), digits),
+        "min": round(min(values), digits),
+        "max": round(max(values), digits),
+        "n": len(values),
+    }
+
+
+def _worker(name: str, args: dict[str, Any], threads: int, timeout: float = 1200) -> dict[str, Any]:
+    """Run ``--worker name`` in a fresh interpreter and return the JSON it reports."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--worker-args", json.dumps(args),
+           "--threads", str(threads)]
+    with tempfile.TemporaryDirectory(prefix="grpo-bench-") as tmp:  # the runs' output folders go there
+        proc = subprocess.run(cmd, cwd=ROOT, env={**_quiet_env(threads), "TMPDIR": tmp}, capture_output=True,
+                              text=True, timeout=timeout)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(RESULT_MARK):
+            return json.loads(line[len(RESULT_MARK):])
+    tail = (proc.stderr or proc.stdout)[-3000:]
+    raise RuntimeError(f"benchmark worker {name} failed (exit {proc.returncode}):\n{tail}")
+
+
+def _report(result: dict[str, Any]) -> None:
+    print(RESULT_MARK + json.dumps(result), flush=True)
+
+
+def _setup_worker(threads: int) -> None:
+    """Same thread settings on every side: torch's OpenMP threads spin-wait, which on a busy
+    2-core machine turns any contention into large, random slowdowns."""
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import torch
+
+    torch.set_num_threads(threads)
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    with contextlib.suppress(Exception):
+        import datasets
+
+        datasets.disable_progress_bars()
+        datasets.logging.set_verbosity_error()
+
+
+@contextlib.contextmanager
+def _silence():
+    """Plain TRL prints its logs (PrinterCallback); keep the benchmark's own output readable."""
+    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
+        yield
+
+
+def machine_info() -> dict[str, Any]:
+    cpu = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem_gib = None
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
+    versions = {}
+    for mod in ("torch", "transformers", "trl", "ipywidgets", "matplotlib"):
+        with contextlib.suppress(Exception):
+            from importlib.metadata import version
+
+            versions[mod] = version(mod)
+    load = None
+    with contextlib.suppress(OSError):
+        load = os.getloadavg()[0]
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu or platform.processor(),
+        "ram_gib": mem_gib,
+        "python": platform.python_version(),
+        "versions": versions,
+        "load_avg_1min_at_start": round(load, 2) if load is not None else None,
+    }
+
+
+# ================================================================================== the envs
+
+
+class LatencyEnv:
+    """Each episode waits ``latency_s`` (a tool call, a remote API), then scores the length parity."""
+
+    def __init__(self, latency_s: float = 0.05, n_prompts: int = 64) -> None:
+        self.latency_s = latency_s
+        self.n_prompts = n_prompts
+
+    def build_dataset(self, tokenizer):
+        from datasets import Dataset
+
+        return Dataset.from_dict({"prompt": [f"Say something about number {i}: " for i in range(self.n_prompts)]})
+
+    def score_episode(self, model, tokenizer, completion: str) -> float:
+        time.sleep(self.latency_s)
+        return float(len(completion) % 2)
+
+
+class AsyncLatencyEnv(LatencyEnv):
+    """The same episodes written as ``async def``: one step's episodes run concurrently."""
+
+    async def score_episode(self, model, tokenizer, completion: str) -> float:  # type: ignore[override]
+        await asyncio.sleep(self.latency_s)
+        return float(len(completion) % 2)
+
+
+def letters_share(completions: list[str], letter: list[str], **kwargs: Any) -> list[float]:
+    """The letters env's reward as a plain TRL reward function (same arithmetic as LettersEnv)."""
+    rewards = []
+    for completion, target in zip(completions, letter, strict=True):
+        chars = [c for c in completion.lower() if not c.isspace()]
+        rewards.append(sum(c == target for c in chars) / len(chars) if chars else 0.0)
+    return rewards
+
+
+# ================================================================================== workers
+
+
+def _timer_callback():
+    """A TrainerCallback that times the training loop (``on_train_begin`` to ``on_train_end``)."""
+    from transformers import TrainerCallback
+
+    class LoopTimer(TrainerCallback):
+        def __init__(self) -> None:
+            self.rewards: list[float] = []
+            self.lengths: list[float] = []
+            self.step_s: list[float] = []
+            self._step0 = 0.0
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.t0, self.c0 = time.perf_counter(), time.process_time()
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self._step0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.step_s.append(time.perf_counter() - self._step0)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "reward" in logs:
+                self.rewards.append(round(float(logs["reward"]), 6))
+                self.lengths.append(float(logs.get("completions/mean_length", 0.0)))
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self.wall = time.perf_counter() - self.t0
+            self.cpu = time.process_time() - self.c0
+
+    return LoopTimer()
+
+
+def _letters_params(out: str, steps: int, **changes: Any):
+    from grpo_magic import GRPOParams
+
+    return GRPOParams(model="tiny", project_name=out, max_steps=steps, **{**LETTERS, **changes})
+
+
+def _plain_config(out: str, steps: int):
+    """What a plain TRL user writes, spelled out (checked against GRPOParams.to_grpo_config)."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=out,
+        num_generations=LETTERS["rl_num_generations"],
+        max_completion_length=LETTERS["rl_max_new_tokens"],
+        per_device_train_batch_size=LETTERS["batch_size"],
+        learning_rate=LETTERS["lr"],
+        beta=LETTERS["rl_kl_coef"],
+        max_steps=steps,
+        seed=LETTERS["seed"],
+        temperature=1.0,
+        top_k=50,
+        top_p=1.0,
+        epsilon=0.2,
+        loss_type="dapo",
+        num_train_epochs=1,
+        gradient_accumulation_steps=1,
+        logging_steps=1,
+        save_steps=500,
+        save_strategy="steps",
+        report_to=[],
+        bf16=False,
+        dataloader_pin_memory=False,  # no GPU to pin for (GRPOParams does the same)
+        disable_tqdm=True,
+        log_completions=False,
+    )
+
+
+def _config_differences(steps: int) -> list[str]:
+    out = tempfile.mkdtemp(prefix="bench-cfg-")
+    ours = _letters_params(out, steps).to_grpo_config(out).to_dict()
+    plain = _plain_config(out, steps).to_dict()
+    skip = {"output_dir", "logging_dir"}
+    return sorted(k for k in set(ours) | set(plain) if k not in skip and ours.get(k) != plain.get(k))
+
+
+def _run_grpo_magic(steps: int, dashboard: bool) -> dict[str, Any]:
+    from envs.letters import LettersEnv
+    from grpo_magic import train
+
+    out = tempfile.mkdtemp(prefix="bench-gm-")
+    timer = _timer_callback()
+    callbacks: list[Any] = [timer]
+    dash = None
+    if dashboard:
+        from grpo_magic.dashboard import Dashboard
+
+        dash = Dashboard(run_log=out)  # as train() builds it, minus display: headless
+        callbacks.insert(0, dash)
+    t = time.perf_counter()
+    with _silence():
+        run = train(_letters_params(out, steps), LettersEnv, callbacks=callbacks, display=False)
+    e2e = time.perf_counter() - t
+    assert run.status == "completed", run.reason
+    result = {"loop_s": timer.wall, "loop_cpu_s": timer.cpu, "e2e_s": e2e, "rewards": timer.rewards,
+              "step_s": timer.step_s}
+    if dash is not None:
+        result.update(renders=dash.render_count, render_s=dash.render_seconds)
+    return result
+
+
+def _run_plain_trl(steps: int) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
+
+    from envs.letters import LettersEnv
+    from grpo_magic.models import tiny_model_path
+
+    path = str(tiny_model_path())
+    out = tempfile.mkdtemp(prefix="bench-trl-")
+    timer = _timer_callback()
+    t = time.perf_counter()
+    with _silence():
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer.padding_side = "left"
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        dataset = LettersEnv().build_dataset(tokenizer)
+        trainer = GRPOTrainer(model=model, reward_funcs=[letters_share], args=_plain_config(out, steps),
+                              train_dataset=dataset, processing_class=tokenizer, callbacks=[timer])
+        trainer.train()
+        trainer.save_model(out)
+        tokenizer.save_pretrained(out)
+    e2e = time.perf_counter() - t
+    return {"loop_s": timer.wall, "loop_cpu_s": timer.cpu, "e2e_s": e2e, "rewards": timer.rewards,
+            "step_s": timer.step_s}
+
+
+def worker_overhead(args: dict[str, Any]) -> dict[str, Any]:
+    """Warm up, then alternate plain TRL (B), grpo_magic with dashboard (A) and without (A0)."""
+    steps, reps, offset = args["steps"], args["reps"], args.get("offset", 0)
+    _run_plain_trl(2)  # imports, allocator, kernels
+    _run_grpo_magic(2, dashboard=True)  # + matplotlib, ipywidgets
+    sides = {"B": lambda: _run_plain_trl(steps), "A": lambda: _run_grpo_magic(steps, True),
+             "A0": lambda: _run_grpo_magic(steps, False)}
+    rounds = []
+    for rep in range(reps):
+        order = list(args["sides"])
+        k = (rep + offset) % len(order)
+        order = order[k:] + order[:k]  # every side takes every position in turn (B A, A B, ...)
+        rounds.append({"order": order, **{side: sides[side]() for side in order}})
+    return {"rounds": rounds, "config_differences": _config_differences(steps)}
+
+
+def worker_scoring(args: dict[str, Any]) -> dict[str, Any]:
+    """Train a few steps on a latency-bound env and time the reward call of each step."""
+    from grpo_magic import GRPOParams, train
+    from grpo_magic.reward import EnvReward
+
+    calls: list[float] = []
+    original = EnvReward.__call__
+
+    def timed(self, *a, **k):
+        t = time.perf_counter()
+        try:
+            return original(self, *a, **k)
+        finally:
+            calls.append(time.perf_counter() - t)
+
+    EnvReward.__call__ = timed  # type: ignore[method-assign]
+    n, latency, steps = args["episodes"], args["latency_s"], args["steps"]
+    modes = {
+        "sequential": (LatencyEnv, 1),
+        "threads": (LatencyEnv, n),
+        "async": (AsyncLatencyEnv, 1),
+    }
+    results = {}
+    for mode, (env_cls, workers) in modes.items():
+        calls.clear()
+        out = tempfile.mkdtemp(prefix=f"bench-score-{mode}-")
+        timer = _timer_callback()
+        params = GRPOParams(model="tiny", project_name=out, batch_size=n, rl_num_generations=8, rl_max_new_tokens=8,
+                            rl_kl_coef=0.0, max_steps=steps, rl_env_workers=workers,
+                            rl_env_config=json.dumps({"latency_s": latency}))
+        with _silence():
+            run = train(params, env_cls, callbacks=[timer], display=False)
+        assert run.status == "completed", run.reason
+        results[mode] = {"reward_call_s": list(calls), "step_s": timer.step_s, "workers": workers}
+    return results
+
+
+IMPORT_PROBE = r"""
+import json, sys, time
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+t = time.perf_counter()
+shell.run_line_magic("load_ext", "grpo_magic")
+ms = (time.perf_counter() - t) * 1000
+heavy = ["torch", "transformers", "trl", "datasets", "peft", "accelerate", "matplotlib", "ipywidgets", "numpy"]
+print(json.dumps({"load_ext_ms": ms, "loaded": {m: m in sys.modules for m in heavy},
+                  "magics": sorted(k for k in shell.magics_manager.magics["line"] if k.startswith("grpo"))}))
+"""
+
+
+def worker_import(args: dict[str, Any]) -> dict[str, Any]:
+    runs = []
+    for _ in range(args["runs"]):
+        proc = subprocess.run([sys.executable, "-c", IMPORT_PROBE], cwd=ROOT, env=_quiet_env(1),
+                              capture_output=True, text=True, timeout=300)
+        if proc.returncode:
+            raise RuntimeError(proc.stderr[-2000:])
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return {"runs": runs}
+
+
+# ---- synthetic event stream ----------------------------------------------------------------
+
+_METRICS_TEMPLATE = {
+    "loss": -0.0775, "grad_norm": 1.967, "learning_rate": 0.005, "num_tokens": 450.0,
+    "completions/mean_length": 15.1, "completions/min_length": 2.0, "completions/max_length": 16.0,
+    "completions/clipped_ratio": 0.94, "completions/mean_terminated_length": 2.0,
+    "completions/min_terminated_length": 2.0, "completions/max_terminated_length": 2.0,
+    "rewards/env/mean": 0.0647, "rewards/env/std": 0.0402, "reward": 0.0647, "reward_std": 0.0402,
+    "frac_reward_zero_std": 0.0, "env/clipped_rate": 0.0, "env/error_rate": 0.0, "env/latency_s": 6e-06,
+    "kl": 0.0, "entropy": 6.56, "clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0,
+    "clip_ratio/region_mean": 0.0, "clip_ratio/low_min": 0.0, "clip_ratio/high_max": 0.0, "step_time": 0.1,
+    "epoch": 0.03,
+}
+
+
+def _synthetic_step(step: int, rng, groups: int = 2, generations: int = 8, error_every: int = 50) -> list[str]:
+    """One step of a letters-like run as JSON lines (decoded anew, as TRL's logs are built anew)."""
+    from grpo_magic.events import EpisodeError, GroupScored, StepLogged, event_to_json
+
+    alphabet = "abcdefgh ijk lmn a a a"
+    lines = []
+    for g in range(groups):
+        scores = [round(rng.random(), 4) for _ in range(generations)]
+        errors: list[Any] = [None] * generations
+        if error_every and step % error_every == 0 and g == 0:
+            scores[0] = None  # type: ignore[call-overload]
+            errors[0] = {"kind": "ValueError", "message": "ValueError: bad",
+                         "traceback": "Traceback (most recent call last):\n  ...\nValueError: bad\n"}
+            lines.append(event_to_json(EpisodeError(step=step, index=0, kind="ValueError", message="ValueError: bad",
+                                                    traceback=errors[0]["traceback"])))
+        lines.append(event_to_json(GroupScored(
+            step=step, group=g, prompt="Write the letter a many times: ",
+            completions=["".join(rng.choice(alphabet) for _ in range(48)) for _ in range(generations)],
+            scores=scores, advantages=[round(rng.gauss(0, 1), 4) for _ in range(generations)], errors=errors,
+            clipped=[False] * generations, raw_scores=list(scores), latency_s=[5e-06] * generations,
+        )))
+    metrics = dict(_METRICS_TEMPLATE, reward=rng.random(), loss=rng.gauss(0, 0.1), kl=rng.random() * 0.01)
+    lines.append(event_to_json(StepLogged(step=step, metrics=metrics, max_steps=10_000, epoch=step / 32,
+                                          elapsed_s=step * 0.1, episode_errors=int(step % error_every == 0),
+                                          episodes=groups * generations)))
+    return lines
+
+
+_KEYS: dict[str, str] = {}
+
+
+def _decode(line: str):
+    """An event from its JSON line, with metric names shared between steps as TRL's are (its
+    ``_metrics`` dict keeps the same key strings; json.loads would make new ones every step)."""
+    import json as _json
+
+    from grpo_magic.events import event_from_dict
+
+    data = _json.loads(line)
+    if isinstance(data.get("metrics"), dict):
+        data["metrics"] = {_KEYS.setdefault(k, k): v for k, v in data["metrics"].items()}
+    return event_from_dict(data)
+
+
+class _FakeClock:
+    """The dashboard's ``time`` module, with ``monotonic`` driven by the synthetic run's pace."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+        self.perf_counter = time.perf_counter
+        self.time = time.time
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def worker_dashboard(args: dict[str, Any]) -> dict[str, Any]:
+    """Render cost per event at the throttled rate, with a clock paced at ``step_s`` a step."""
+    import random
+
+    import grpo_magic.dashboard as dashboard_module
+    from grpo_magic.dashboard import Dashboard, _Curves
+    from grpo_magic.events import EventStream, RunLog, RunStarted, StatusChanged
+
+    clock = _FakeClock()
+    dashboard_module.time = clock  # type: ignore[assignment]
+    pngs: list[float] = []
+    original_png = _Curves.png
+
+    def timed_png(self, *a, **k):
+        t = time.perf_counter()
+        try:
+            return original_png(self, *a, **k)
+        finally:
+            pngs.append(time.perf_counter() - t)
+
+    _Curves.png = timed_png  # type: ignore[method-assign]
+    out = tempfile.mkdtemp(prefix="bench-dash-")
+    stream = EventStream()
+    log = RunLog(out)
+    stream.subscribe(log)
+    dash = Dashboard(run_log=out)
+    spent = [0.0]
+    events = [0]
+
+    def timed_dash(event):
+        t = time.perf_counter()
+        dash(event)
+        spent[0] += time.perf_counter() - t
+        events[0] += 1
+
+    stream.subscribe(timed_dash)
+    stream.emit(RunStarted(params={}, env_name="LettersEnv", model="tiny", output_dir=out, max_steps=10_000))
+    stream.emit(StatusChanged(status="training", message="10000 steps"))
+    rng = random.Random(0)
+    steps, step_s = args["paced_steps"], args["step_s"]
+    lines_per_step = [_synthetic_step(s, rng) for s in range(1, steps + 1)]
+    spent[0], events[0] = 0.0, 0
+    renders0 = dash.render_count
+    for lines in lines_per_step:
+        for line in lines:
+            stream.emit(_decode(line))
+        clock.now += step_s
+    log.close()
+    per_step = spent[0] / steps
+    return {
+        "events": events[0], "steps": steps, "step_s": step_s, "dashboard_s": spent[0],
+        "ms_per_event": 1000 * spent[0] / max(events[0], 1), "ms_per_step": 1000 * per_step,
+        "share_of_step": per_step / step_s, "renders": dash.render_count - renders0,
+        "curve_renders": len(pngs), "curve_render_ms": _spread([1000 * p for p in pngs[1:]] or [1000 * p for p in pngs], 1),
+        "first_curve_render_ms": round(1000 * pngs[0], 1) if pngs else None,
+    }
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS"):
+                return int(line.split()[1])
+    return 0
+
+
+def worker_memory(args: dict[str, Any]) -> dict[str, Any]:
+    """Traced memory of one subscriber after 1k and 10k synthetic steps (``target``: run or dashboard)."""
+    import gc
+    import random
+    import tracemalloc
+
+    import grpo_magic.dashboard as dashboard_module
+    from grpo_magic import GRPOParams
+    from grpo_magic.dashboard import Dashboard
+    from grpo_magic.events import RunLog, RunStarted, StatusChanged
+    from grpo_magic.run import GRPORun
+
+    clock = _FakeClock()
+    dashboard_module.time = clock  # type: ignore[assignment]
+    out = tempfile.mkdtemp(prefix="bench-mem-")
+    target = args["target"]
+    run = GRPORun(GRPOParams(model="tiny", project_name=out), "LettersEnv", Path(out))  # its own handler subscribes
+    log = RunLog(out)
+    run.events.subscribe(log)
+    dash = None
+    if target == "dashboard":
+        run.events._subscribers.remove(run._on_event)  # measure the dashboard alone
+        # Renders are few here (every 20 s of the simulated clock): what is measured is the state kept.
+        dash = Dashboard(run_log=out, throttle_s=args.get("throttle_s", 20.0))
+        run.events.subscribe(dash)
+    run.events.emit(RunStarted(params={}, env_name="LettersEnv", model="tiny", output_dir=out, max_steps=10_000))
+    run.events.emit(StatusChanged(status="training"))
+    rng = random.Random(1)
+    checkpoints = sorted(args["checkpoints"])
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    rss0 = _rss_kib()
+    marks = {}
+    t = time.perf_counter()
+    for step in range(1, checkpoints[-1] + 1):
+        for line in _synthetic_step(step, rng):
+            run.events.emit(_decode(line))
+        clock.now += args.get("step_s", 0.1)
+        if step in checkpoints:
+            if dash is not None:
+                dash.flush()
+            gc.collect()
+            marks[step] = {"traced_kib": round((tracemalloc.get_traced_memory()[0] - base) / 1024, 1),
+                           "rss_kib": _rss_kib() - rss0}
+    top = tracemalloc.take_snapshot().statistics("lineno")[:5]
+    tracemalloc.stop()
+    log.close()
+    info: dict[str, Any] = {"target": target, "marks": marks, "seconds": round(time.perf_counter() - t, 1),
+                            "top": [f"{s.traceback[0].filename.split('/site-packages/')[-1].split('/work/main/')[-1]}:"
+                                    f"{s.traceback[0].lineno} {s.size // 1024} KiB" for s in top]}
+    if target == "run":
+        info.update(history=len(run.history), groups=len(run.groups), errors=len(run.errors))
+    else:
+        info.update(groups_in_memory=dash.groups_in_memory(), renders=dash.render_count)  # type: ignore[union-attr]
+    return info
+
+
+def worker_learn(args: dict[str, Any]) -> dict[str, Any]:
+    """Train on the letters env until the mean reward first exceeds ``threshold``."""
+    from transformers import TrainerCallback
+
+    from envs.letters import LettersEnv
+    from grpo_magic import train
+
+    threshold = args["threshold"]
+
+    class UntilThreshold(TrainerCallback):
+        def __init__(self) -> None:
+            self.rewards: list[float] = []
+            self.reached: tuple[int, float] | None = None
+
+        def on_train_begin(self, a, state, control, **kwargs):
+            self.t0 = time.perf_counter()
+
+        def on_log(self, a, state, control, logs=None, **kwargs):
+            if not logs or "reward" not in logs:
+                return
+            self.rewards.append(round(float(logs["reward"]), 4))
+            if self.reached is None and logs["reward"] > threshold:
+                self.reached = (state.global_step, time.perf_counter() - self.t0)
+                control.should_training_stop = True
+
+    out = tempfile.mkdtemp(prefix="bench-learn-")
+    cb = UntilThreshold()
+    t = time.perf_counter()
+    with _silence():
+        run = train(_letters_params(out, args["max_steps"], lr=args["lr"], rl_kl_coef=args["kl"]), LettersEnv,
+                    callbacks=[cb], display=False)
+    total = time.perf_counter() - t
+    return {"reached": cb.reached is not None, "steps": cb.reached[0] if cb.reached else None,
+            "loop_seconds": cb.reached[1] if cb.reached else None, "train_call_seconds": total,
+            "rewards": cb.rewards, "status": run.status}
+
+
+WORKERS = {
+    "overhead": worker_overhead,
+    "scoring": worker_scoring,
+    "import": worker_import,
+    "dashboard": worker_dashboard,
+    "memory": worker_memory,
+    "learn": worker_learn,
+}
+
+
+# ================================================================================== benchmarks
+
+
+def bench_overhead(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
+    rounds, diffs = [], set()
+    for p in range(cfg["procs"]):
+        res = _worker("overhead", {"steps": cfg["steps"], "reps": cfg["reps"], "offset": p, "sides": cfg["sides"]},
+                      threads)
+        rounds += res["rounds"]
+        diffs.update(res["config_differences"])
+        log(f"  overhead: process {p + 1}/{cfg['procs']} done")
+    ratio = [r["A"]["loop_s"] / r["B"]["loop_s"] for r in rounds]
+    ratio0 = [r["A0"]["loop_s"] / r["B"]["loop_s"] for r in rounds if "A0" in r]
+    cpu = [r["A"]["loop_cpu_s"] / r["B"]["loop_cpu_s"] for r in rounds]
+    e2e = [r["A"]["e2e_s"] / r["B"]["e2e_s"] for r in rounds]
+
+    def steady(run: dict[str, Any]) -> float:  # mean step time after the first step
+        return statistics.mean(run["step_s"][1:])
+
+    steady_ratio = [steady(r["A"]) / steady(r["B"]) for r in rounds]
+    rewards = {json.dumps(r[s]["rewards"]) for r in rounds for s in r["order"]}
+    step_b = [statistics.median(r["B"]["step_s"]) for r in rounds]
+    return {
+        "overhead_ratio": {**_spread(ratio), "goal": GOALS["overhead_ratio"],
+                           "ok": statistics.median(ratio) <= GOALS["overhead_ratio"]},
+        "overhead_ratio_no_dashboard": _spread(ratio0),
+        "overhead_cpu_ratio": _spread(cpu),
+        "overhead_e2e_ratio": _spread(e2e),
+        "overhead_steady_step_ratio": _spread(steady_ratio),
+        "overhead_details": {
+            "timed": "training loop, TrainerCallback.on_train_begin to on_train_end, both sides in the same "
+                     "warmed-up process, alternating " + "/".join(cfg["sides"]),
+            "steps": cfg["steps"], "pairs": len(rounds), "processes": cfg["procs"], "torch_threads": threads,
+            "workload": {**LETTERS, "model": "tiny"},
+            "plain_loop_s": _spread([r["B"]["loop_s"] for r in rounds]),
+            "grpo_magic_loop_s": _spread([r["A"]["loop_s"] for r in rounds]),
+            "grpo_magic_no_dashboard_loop_s": _spread([r["A0"]["loop_s"] for r in rounds if "A0" in r]),
+            "plain_step_ms": _spread([1000 * s for s in step_b], 1),
+            "dashboard_renders_per_run": _spread([r["A"]["renders"] for r in rounds], 1),
+            "dashboard_render_s_per_run": _spread([r["A"]["render_s"] for r in rounds]),
+            "same_rewards_every_run": len(rewards) == 1,
+            "rounds": [{"order": r["order"], **{side: round(r[side]["loop_s"], 3) for side in r["order"]}}
+                       for r in rounds],
+            "grpo_config_differences": sorted(diffs),
+        },
+    }
+
+
+def bench_scoring(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
+    res = _worker("scoring", cfg, threads)
+    n = cfg["episodes"]
+    med = {m: statistics.median(r["reward_call_s"][1:] or r["reward_call_s"]) for m, r in res.items()}
+    steps = {m: statistics.median(r["step_s"][1:] or r["step_s"]) for m, r in res.items()}
+    out: dict[str, Any] = {}
+    for mode in ("async", "threads"):
+        ideal = min(n, res[mode]["workers"]) if mode == "threads" else n
+        speedup = med["sequential"] / med[mode]
+        out[mode] = {"speedup": round(speedup, 2), "ideal": ideal, "efficiency": round(speedup / ideal, 3),
+                     "ok": speedup / ideal >= GOALS["scoring_efficiency"]}
+    log("  scoring done")
+    return {
+        "concurrent_scoring_speedup": {
+            **out,
+            "goal_efficiency": GOALS["scoring_efficiency"],
+            "episodes_per_step": n, "latency_s": cfg["latency_s"], "steps": cfg["steps"],
+            "timed": "wall time of the reward call (EnvReward.__call__: every episode of the step plus our "
+                     "bookkeeping), median over steps after the first",
+            "reward_call_ms": {m: round(1000 * v, 1) for m, v in med.items()},
+            "first_step_reward_call_ms": {m: round(1000 * r["reward_call_s"][0], 1) for m, r in res.items()},
+            "step_ms": {m: round(1000 * v, 1) for m, v in steps.items()},
+        }
+    }
+
+
+def bench_import(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
+    res = _worker("import", cfg, threads)
+    runs = res["runs"]
+    loaded = {m: any(r["loaded"][m] for r in runs) for m in runs[0]["loaded"]}
+    log("  import done")
+    return {"import_ms": {**_spread([r["load_ext_ms"] for r in runs], 1),
+                          "torch_imported": loaded["torch"], "heavy_modules_imported": sorted(m for m, v in loaded.items() if v),
+                          "magics": runs[0]["magics"]}}
+
+
+def bench_dashboard(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
+    paced = _worker("dashboard", {"paced_steps": cfg["paced_steps"], "step_s": cfg["step_s"]}, threads)
+    log("  dashboard timing done")
+    memory = {}
+    for target in ("run", "dashboard"):
+        memory[target] = _worker("memory", {"target": target, "checkpoints": list(cfg["memory_steps"]),
+                                            "step_s": cfg["step_s"]}, threads)
+        log(f"  memory ({target}) done")
+    lo, hi = cfg["memory_steps"]
+    summary = {}
+    for target, info in memory.items():
+        a, b = info["marks"][str(lo)], info["marks"][str(hi)]
+        summary[target] = {
+            f"traced_kib_after_{lo}": a["traced_kib"], f"traced_kib_after_{hi}": b["traced_kib"],
+            "growth_kib_per_1k_steps_after_first_1k": round((b["traced_kib"] - a["traced_kib"]) / ((hi - lo) / 1000), 1),
+            f"rss_growth_kib_{lo}_to_{hi}": b["rss_kib"] - a["rss_kib"], "top_allocations": info["top"],
+            **{k: v for k, v in info.items() if k in ("history", "groups", "errors", "groups_in_memory", "renders")},
+        }
+    return {
+        "dashboard_ms_per_event": {
+            "ms_per_event": round(paced["ms_per_event"], 3), "ms_per_step": round(paced["ms_per_step"], 2),
+            "share_of_a_step": round(paced["share_of_step"], 4), "events": paced["events"],
+            "steps": paced["steps"], "simulated_step_s": paced["step_s"], "renders": paced["renders"],
+            "curve_renders": paced["curve_renders"], "curve_render_ms": paced["curve_render_ms"],
+            "first_curve_render_ms": paced["first_curve_render_ms"],
+            "timed": "time inside Dashboard.__call__ over a synthetic letters-like stream (2 groups of 8 + 1 step "
+                     "event a step), its clock advanced by simulated_step_s a step so that throttling acts as in "
+                     "a run of that pace",
+        },
+        "memory": summary,
+    }
+
+
+def bench_learn(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
+    setting = {"threshold": 0.6, "lr": 1e-2, "kl": 0.0, "max_steps": cfg["max_steps"]}
+    runs = [_worker("learn", setting, threads) for _ in range(cfg["runs"])]
+    reference = _worker("learn", {"threshold": 0.6, "lr": 5e-3, "kl": 0.0, "max_steps": 60}, threads)
+    log("  learn done")
+    reached = [r for r in runs if r["reached"]]
+    return {
+        "learn_seconds": {
+            **_spread([r["loop_seconds"] for r in reached], 2),
+            "threshold": setting["threshold"],
+            "steps": reached[0]["steps"] if reached else None,
+            "reached_in_every_run": len(reached) == len(runs),
+            "setting": {**LETTERS, "lr": setting["lr"], "rl_kl_coef": setting["kl"], "model": "tiny"},
+            "train_call_seconds": _spread([r["train_call_seconds"] for r in runs], 2),
+            "reward_curve": runs[0]["rewards"],
+            "max_steps": cfg["max_steps"],
+            "timed": "seconds from the start of the training loop to the end of the first step whose mean reward "
+                     "exceeds the threshold (one seed: every run takes the same steps; only the time varies). The "
+                     "learning rate decays linearly to 0 at max_steps, so the step count depends on max_steps",
+            "reference_lr_5e-3": {"reached": reference["reached"], "steps": reference["steps"],
+                                  "max_reward": max(reference["rewards"]), "max_steps": 60,
+                                  "reward_curve": reference["rewards"]},
+        }
+    }
+
+
+BENCHMARKS = {
+    "overhead": bench_overhead,
+    "scoring": bench_scoring,
+    "import": bench_import,
+    "dashboard": bench_dashboard,
+    "learn": bench_learn,
+}
+
+
+def _summary_lines(r: dict[str, Any]) -> list[str]:
+    lines = []
+    if "overhead_ratio" in r:
+        o = r["overhead_ratio"]
+        lines.append(f"overhead_ratio            {o['median']} (min {o['min']}, max {o['max']}, {o['n']} pairs; "
+                     f"goal <= {o['goal']}: {'ok' if o['ok'] else 'MISSED'})")
+        lines.append(f"  without dashboard       {r['overhead_ratio_no_dashboard']['median']}; cpu-time ratio "
+                     f"{r['overhead_cpu_ratio']['median']}; steps after the first "
+                     f"{r['overhead_steady_step_ratio']['median']}; end to end {r['overhead_e2e_ratio']['median']}")
+    if "concurrent_scoring_speedup" in r:
+        c = r["concurrent_scoring_speedup"]
+        for mode in ("async", "threads"):
+            lines.append(f"scoring speedup {mode:8s}  {c[mode]['speedup']}x of ideal {c[mode]['ideal']}x "
+                         f"({100 * c[mode]['efficiency']:.0f}%; goal >= 80%: {'ok' if c[mode]['ok'] else 'MISSED'})")
+    if "import_ms" in r:
+        i = r["import_ms"]
+        lines.append(f"import_ms (%load_ext)     {i['median']} (min {i['min']}, max {i['max']}); torch imported: "
+                     f"{i['torch_imported']}")
+    if "dashboard_ms_per_event" in r:
+        d = r["dashboard_ms_per_event"]
+        lines.append(f"dashboard_ms_per_event    {d['ms_per_event']} ({100 * d['share_of_a_step']:.1f}% of a "
+                     f"{d['simulated_step_s']} s step; {d['curve_renders']} curve renders of "
+                     f"{d['curve_render_ms']['median']} ms)")
+        for target, m in r["memory"].items():
+            lines.append(f"memory {target:10s}         +{m['growth_kib_per_1k_steps_after_first_1k']} KiB per 1k steps "
+                         f"after the first 1k ({ {k: v for k, v in m.items() if k.startswith('traced')} })")
+    if "learn_seconds" in r:
+        learn = r["learn_seconds"]
+        lines.append(f"learn_seconds             {learn['median']} s to reward > {learn['threshold']} "
+                     f"({learn['steps']} steps; min {learn['min']}, max {learn['max']})")
+    return lines
+
+
+def _fmt(s: dict[str, Any] | None, unit: str = "") -> str:
+    if not s or s.get("median") is None:
+        return "–"
+    if s.get("n", 1) > 1 and s["min"] != s["max"]:
+        return f"{s['median']}{unit} ({s['min']} to {s['max']})"
+    return f"{s['median']}{unit}"
+
+
+def results_markdown(results: list[dict[str, Any]]) -> str:
+    """The RESULTS.md table: one column per run (quick, full), one row per figure."""
+    first = results[0]
+    m = first["machine"]
+    v = m["versions"]
+    lines = [
+        "| figure | goal | " + " | ".join(f"`{r['mode']}` run ({r['date'][:16].replace('T', ' ')})" for r in results) + " |",
+        "|---|---|" + "---|" * len(results),
+    ]
+
+    def row(name: str, goal: str, cell) -> None:
+        cells = []
+        for r in results:
+            try:
+                cells.append(cell(r))
+            except (KeyError, TypeError):
+                cells.append("–")
+        lines.append(f"| {name} | {goal} | " + " | ".join(cells) + " |")
+
+    def ok(flag: bool) -> str:
+        return "ok" if flag else "**missed**"
+
+    row("overhead_ratio (training loop, with dashboard)", "≤ 1.03",
+        lambda r: f"{_fmt(r['overhead_ratio'])}, {ok(r['overhead_ratio']['ok'])}; "
+                  f"{r['overhead_details']['pairs']} pairs of {r['overhead_details']['steps']} steps")
+    row("  same, without the dashboard", "", lambda r: _fmt(r["overhead_ratio_no_dashboard"]))
+    row("  CPU-time ratio (less sensitive to other load)", "", lambda r: _fmt(r["overhead_cpu_ratio"]))
+    row("  end to end (train() call vs whole plain script)", "", lambda r: _fmt(r["overhead_e2e_ratio"]))
+    row("  plain TRL step", "", lambda r: _fmt(r["overhead_details"]["plain_step_ms"], " ms"))
+    row("  same completions and rewards on both sides", "",
+        lambda r: f"{r['overhead_details']['same_rewards_every_run']}; GRPOConfig differences: "
+                  f"{r['overhead_details']['grpo_config_differences'] or 'none'}")
+    for mode, label in (("async", "`async def score_episode`"), ("threads", "sync, `rl_env_workers` = episodes")):
+        row(f"concurrent_scoring_speedup, {label}", "≥ 80% of ideal",
+            lambda r, mode=mode: (f"{r['concurrent_scoring_speedup'][mode]['speedup']}x of ideal "
+                                  f"{r['concurrent_scoring_speedup'][mode]['ideal']}x "
+                                  f"({100 * r['concurrent_scoring_speedup'][mode]['efficiency']:.0f}%, "
+                                  f"{ok(r['concurrent_scoring_speedup'][mode]['ok'])})"))
+    row("  reward call per step: sequential / async / threads", "",
+        lambda r: " / ".join(f"{r['concurrent_scoring_speedup']['reward_call_ms'][k]} ms"
+                             for k in ("sequential", "async", "threads")))
+    row("import_ms (`%load_ext grpo_magic`, fresh shell)", "light; no torch",
+        lambda r: f"{_fmt(r['import_ms'], ' ms')}; torch imported: {r['import_ms']['torch_imported']}; heavy modules "
+                  f"loaded: {', '.join(r['import_ms']['heavy_modules_imported']) or 'none'}")
+    row("dashboard_ms_per_event (throttled, 0.1 s steps)", "",
+        lambda r: f"{r['dashboard_ms_per_event']['ms_per_event']} ms = "
+                  f"{100 * r['dashboard_ms_per_event']['share_of_a_step']:.1f}% of a step; "
+                  f"{r['dashboard_ms_per_event']['curve_renders']} curve drawings of "
+                  f"{_fmt(r['dashboard_ms_per_event']['curve_render_ms'], ' ms')} in "
+                  f"{r['dashboard_ms_per_event']['steps']} steps")
+    for target, label in (("dashboard", "dashboard"), ("run", "run (GRPORun event handling)")):
+        row(f"memory, {label}: traced after 1k → 10k steps", "bounded",
+            lambda r, target=target: (f"{r['memory'][target]['traced_kib_after_1000'] / 1024:.1f} → "
+                                      f"{r['memory'][target]['traced_kib_after_10000'] / 1024:.1f} MiB "
+                                      f"(+{r['memory'][target]['growth_kib_per_1k_steps_after_first_1k']:.0f} KiB "
+                                      f"per 1k steps)"))
+    row("learn_seconds (letters, tiny, reward > threshold)", "",
+        lambda r: f"{_fmt(r['learn_seconds'], ' s')} to > {r['learn_seconds']['threshold']} in "
+                  f"{r['learn_seconds']['steps']} steps (lr {r['learn_seconds']['setting']['lr']}, "
+                  f"kl {r['learn_seconds']['setting']['rl_kl_coef']})")
+    row("  with lr 5e-3, kl 0 (60 steps)", "",
+        lambda r: f"best mean reward {r['learn_seconds']['reference_lr_5e-3']['max_reward']}; "
+                  f"> 0.6: {r['learn_seconds']['reference_lr_5e-3']['reached']}")
+    row("benchmark wall time", "", lambda r: f"{r['bench_seconds']:.0f} s")
+    machine = (f"{m['nproc']} cores ({m['cpu']}), {m['ram_gib']} GiB RAM, Python {m['python']}, torch {v.get('torch')}, "
+               f"transformers {v.get('transformers')}, trl {v.get('trl')}, ipywidgets {v.get('ipywidgets')}, "
+               f"matplotlib {v.get('matplotlib')}; torch threads {first.get('torch_threads')}; 1-minute load "
+               + ", ".join(f"{r['machine'].get('load_avg_1min_at_start')} → {r['machine'].get('load_avg_1min_at_end')} "
+                           f"({r['mode']})" for r in results))
+    return "\n".join(lines) + f"\n\nMachine: {machine}.\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a run of a few minutes")
+    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    parser.add_argument("--only", default="", help="comma-separated: " + ",".join(BENCHMARKS))
+    parser.add_argument("--threads", type=int, default=1, help="torch threads on every side (default 1)")
+    parser.add_argument("--save", default=None, help="also write the JSON result to this file")
+    parser.add_argument("--markdown", nargs="+", metavar="JSON", help="print the RESULTS.md table of saved results")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-args", default="{}", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.worker:
+        sys.path.insert(0, str(ROOT))
+        os.chdir(ROOT)
+        _setup_worker(args.threads)
+        _report(WORKERS[args.worker](json.loads(args.worker_args)))
+        return 0
+
+    if args.markdown:
+        print(results_markdown([json.loads(Path(p).read_text(encoding="utf-8")) for p in args.markdown]), end="")
+        return 0
+    cfg = QUICK if args.quick else FULL
+    names = [n.strip() for n in args.only.split(",") if n.strip()] or list(BENCHMARKS)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark {unknown[0]!r}; choose from {', '.join(BENCHMARKS)}")
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr if args.json else sys.stdout, flush=True)
+
+    # Build the tiny model once, outside every timing.
+    subprocess.run([sys.executable, "-c", "from grpo_magic.models import tiny_model_path; tiny_model_path()"],
+                   cwd=ROOT, env=_quiet_env(args.threads), check=True)
+    result: dict[str, Any] = {
+        "mode": "quick" if args.quick else "full",
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "torch_threads": args.threads,
+    }
+    started = time.perf_counter()
+    for name in names:
+        t = time.perf_counter()
+        log(f"[{name}] ...")
+        result.update(BENCHMARKS[name](cfg[name], args.threads, log))
+        log(f"[{name}] {time.perf_counter() - t:.0f} s")
+    result["bench_seconds"] = round(time.perf_counter() - started, 1)
+    with contextlib.suppress(OSError):
+        result["machine"]["load_avg_1min_at_end"] = round(os.getloadavg()[0], 2)
+    for line in _summary_lines(result):
+        log(line)
+    if args.save:
+        Path(args.save).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
