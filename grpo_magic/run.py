@@ -283,7 +283,7 @@ def _quiet_libraries() -> None:
 
 
 def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path: str, tokenizer: Any,
-             trainer_callbacks: list[Any], resume: bool) -> None:
+             trainer_callbacks: list[Any], checkpoint: str | None) -> None:
     from .generation import generator_for_trainer
     from .launch import distributed_overrides
     from .models import load_model, lora_config
@@ -335,7 +335,6 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         reward.defer_failure = trainer.accelerator.num_processes > 1
         policy = trainer.accelerator.unwrap_model(trainer.model)
         reward.bind(policy, tokenizer, generator=generator_for_trainer(trainer, policy, tokenizer))
-        checkpoint = _last_checkpoint(run.output_dir) if resume else None
         trainer.train(resume_from_checkpoint=checkpoint)
         if run.stop_requested:
             status, reason = "stopped", "stopped on request"
@@ -416,6 +415,15 @@ def _set_aside_old_log(output_dir: Path) -> None:
         log.rename(output_dir / f"events-{time.strftime('%Y%m%d-%H%M%S', time.localtime(log.stat().st_mtime))}.jsonl")
 
 
+def _refuse_if_training() -> None:
+    """One run at a time in a process (call with ``_ACTIVE_LOCK`` held)."""
+    if _ACTIVE is not None and not _ACTIVE.done:
+        raise GRPOMagicError(
+            f"A run is already training ({_ACTIVE.env_name}, step {_ACTIVE.step}); stop it first with "
+            "run.stop() or %grpo_stop, then start the new one."
+        )
+
+
 def train(
     params: GRPOParams | None = None,
     env: Any = None,
@@ -441,11 +449,7 @@ def train(
     if not isinstance(params, GRPOParams):
         raise GRPOMagicError(f"train() expects GRPOParams, got {type(params).__name__}.")
     with _ACTIVE_LOCK:
-        if _ACTIVE is not None and not _ACTIVE.done:
-            raise GRPOMagicError(
-                f"A run is already training ({_ACTIVE.env_name}, step {_ACTIVE.step}); stop it first with "
-                "run.stop() or %grpo_stop, then start the new one."
-            )
+        _refuse_if_training()  # before the slow checks; again below, where the new run takes the slot
     params, prepared, model_path, tokenizer = prepare(params, env)
     output_dir = Path(params.project_name).expanduser().resolve()
     checkpoint = _checkpoint_to_resume(output_dir) if resume else None
@@ -475,12 +479,11 @@ def train(
             run.events.subscribe(subscriber)
 
     with _ACTIVE_LOCK:
-        if _ACTIVE is not None and not _ACTIVE.done:
-            raise GRPOMagicError("A run is already training; stop it first with run.stop() or %grpo_stop.")
+        _refuse_if_training()
         _ACTIVE = _LAST = run
     run.events.emit(RunStarted(params=params.to_dict(), env_name=prepared.spec.name, model=params.model or "",
                                output_dir=str(output_dir), max_steps=params.max_steps))
-    args = (run, params, prepared, model_path, tokenizer, trainer_callbacks, resume)
+    args = (run, params, prepared, model_path, tokenizer, trainer_callbacks, checkpoint)
     if blocking:
         _execute(*args)
         return run.wait() if raise_on_failure else run
