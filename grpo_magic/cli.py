@@ -91,7 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
 
-    from .launch import LaunchOptions, end_distributed, execute, plan_launch, world_size
+    from .launch import LaunchOptions, end_distributed, execute, plan_launch
+    from .params import world_size
     from .run import is_main_process, train
 
     try:
@@ -116,24 +117,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                     resume=args.resume)
     except GRPOMagicError as exc:
         return _fail(str(exc))
+    # run.wait() also joins the training thread: exiting while it still tears the trainer down
+    # intermittently aborts the interpreter ("terminate called without an active exception").
     try:
-        run.wait()
-    except KeyboardInterrupt:
-        run.stop()  # the first Ctrl-C: finish the step, save, stop
-        if is_main_process():
-            print(f"{PROG}: stopping after the current step (Ctrl-C again to abort)", file=sys.stderr)
         try:
-            run._finished.wait()
-        except KeyboardInterrupt:  # the second: leave now, the last checkpoint and the log are on disk
-            print(f"{PROG}: aborted; the run log and the last checkpoint are in {run.output_dir}", file=sys.stderr)
-            return 130
+            run.wait()
+        except KeyboardInterrupt:
+            run.stop()  # the first Ctrl-C: finish the step, save, stop
+            if is_main_process():
+                print(f"{PROG}: stopping after the current step (Ctrl-C again to abort)", file=sys.stderr)
+            try:
+                run.wait()
+            except KeyboardInterrupt:  # the second: leave now, the last checkpoint and the log are on disk
+                print(f"{PROG}: aborted; the run log and the last checkpoint are in {run.output_dir}", file=sys.stderr)
+                return 130
     except GRPOMagicError as exc:
         return _fail(str(exc), code=1)
     finally:
-        # The training thread is still tearing the trainer down after the run ends; exiting under it
-        # intermittently aborts the interpreter ("terminate called without an active exception").
-        if run._thread is not None:
-            run._thread.join(timeout=120)
         end_distributed()
     if is_main_process():
         print(f"{PROG}: {run.status} after {run.step} steps; weights and run log in {run.output_dir}", file=sys.stderr)

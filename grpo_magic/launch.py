@@ -24,13 +24,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import GRPOMagicError
-from .params import GRPOParams
+from .params import GRPOParams, world_size
 
 #: Number of GPUs to pretend this machine has (tests and dry runs of cluster plans).
 FAKE_GPUS_ENV = "GRPO_MAGIC_FAKE_GPUS"
@@ -137,11 +136,6 @@ class LaunchPlan:
 # ---------------------------------------------------------------- where we are
 
 
-def world_size() -> int:
-    """Processes training together (torchrun and accelerate launch set WORLD_SIZE)."""
-    return max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
-
-
 def inside_launch() -> bool:
     """True in a process started by a launcher (ours, accelerate launch or torchrun)."""
     return bool(os.environ.get(LAUNCHED_ENV)) or "LOCAL_RANK" in os.environ or world_size() > 1
@@ -206,20 +200,6 @@ def _tool(name: str, module: str) -> list[str]:
     if sibling.exists():
         return [str(sibling)]
     return [sys.executable, "-m", module]
-
-
-@contextlib.contextmanager
-def _world_size(processes: int) -> Iterator[None]:
-    """Validate params as the training processes will see them (WORLD_SIZE enters the batch check)."""
-    saved = os.environ.get("WORLD_SIZE")
-    os.environ["WORLD_SIZE"] = str(processes)
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("WORLD_SIZE", None)
-        else:
-            os.environ["WORLD_SIZE"] = saved
 
 
 def _plural(n: int, word: str) -> str:
@@ -290,8 +270,7 @@ def plan_launch(params: GRPOParams, options: LaunchOptions, *, gpus: list[str] |
             "or --num-processes."
         )
     child_params = params.replace(vllm_server_url=server_url) if split else params
-    with _world_size(n):
-        child_params.validate()
+    child_params.validate(processes=n)  # as the training processes will see them
 
     if n == 1 and not split and options.accelerate_config is None:
         return _in_process_plan(params, options, gpus, output_dir, train_gpus=train_gpus)
@@ -359,8 +338,7 @@ def preflight(params: GRPOParams, plan: LaunchPlan) -> None:
     from .run import _check_generation_length, _check_vllm_installed
 
     child = params.replace(vllm_server_url=plan.server_url) if plan.server_url else params
-    with _world_size(plan.num_processes):
-        child.validate()
+    child.validate(processes=plan.num_processes)
     spec = resolve_env(child)
     model_path = resolve_model(child.model or "")
     _check_generation_length(child, model_path)

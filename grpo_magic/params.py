@@ -222,17 +222,20 @@ class GRPOParams:
             return f"{label} must be an http:// or https:// URL such as http://localhost:8000, got {value!r}."
         return None
 
-    def problems(self) -> list[tuple[str, str]]:
-        """Every problem as ``(field name, sentence)``; fields first, then rules across fields."""
+    def problems(self, processes: int | None = None) -> list[tuple[str, str]]:
+        """Every problem as ``(field name, sentence)``; fields first, then rules across fields.
+
+        ``processes``: how many processes will train together (default: this one's ``world_size()``),
+        since the completions of a step are those of every process.
+        """
         found = [(f.name, msg) for f in self.fields() if (msg := self.check_value(f.name, getattr(self, f.name)))]
         if found:
             return found
-        return self._cross_field_problems()
+        return self._cross_field_problems(processes or world_size())
 
-    def _cross_field_problems(self) -> list[tuple[str, str]]:
+    def _cross_field_problems(self, processes: int) -> list[tuple[str, str]]:
         found: list[tuple[str, str]] = []
         n = self.rl_num_generations
-        processes = max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
         per_step = self.batch_size * self.gradient_accumulation * processes
         if per_step % n:
             found.append(("batch_size", _divisibility_message(self.batch_size, self.gradient_accumulation, processes, n)))
@@ -248,9 +251,9 @@ class GRPOParams:
             found.append((missing.split()[0], f"{missing} is required together with {given}; give both, e.g. --rl-env-module my_envs.hotel_env --rl-env-class HotelEnv."))
         return found
 
-    def validate(self) -> GRPOParams:
+    def validate(self, processes: int | None = None) -> GRPOParams:
         """Raise ``GRPOMagicError`` with the first problem; return self when all is well."""
-        problems = self.problems()
+        problems = self.problems(processes)
         if problems:
             raise GRPOMagicError(problems[0][1])
         return self
@@ -321,6 +324,11 @@ class GRPOParams:
             kwargs["vllm_server_base_url"] = self.vllm_server_url
         kwargs.update(overrides)
         return GRPOConfig(**kwargs)
+
+
+def world_size() -> int:
+    """Processes training together (torchrun and accelerate launch set WORLD_SIZE)."""
+    return max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
 
 
 def _finite_float(value: Any) -> bool:
