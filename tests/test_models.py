@@ -15,6 +15,8 @@ import pytest
 
 from grpo_magic import models
 from grpo_magic.errors import GRPOMagicError
+from grpo_magic.models import cache
+from grpo_magic.models import tiny as tiny_module
 
 TOOLS = [
     {
@@ -68,18 +70,19 @@ def test_a_build_that_loses_the_race_keeps_the_winners_folder(
     """Another process renames its complete build into place while ours is still building."""
     monkeypatch.setenv("GRPO_MAGIC_CACHE", str(tmp_path))
     final = tmp_path / models.TINY_VERSION
-    real_build = models._build_tiny
+    real_build = tiny_module._build_tiny
 
-    def build_while_another_process_finishes_first(dest: pathlib.Path) -> None:
+    def build_while_another_process_finishes_first(dest: pathlib.Path) -> dict:
         other = tmp_path / "other-process"
         other.mkdir()
-        real_build(other)
+        info = real_build(other)
+        (other / cache.MARKER).write_text(json.dumps(info))  # as the other process's cached_folder does
         os.rename(other, final)
-        real_build(dest)
+        return real_build(dest)
 
-    monkeypatch.setattr(models, "_build_tiny", build_while_another_process_finishes_first)
+    monkeypatch.setattr(tiny_module, "_build_tiny", build_while_another_process_finishes_first)
     assert models.tiny_model_path() == final
-    assert models._tiny_ready(final)
+    assert cache.is_ready(final)
     assert sorted(p.name for p in tmp_path.iterdir()) == [models.TINY_VERSION]  # our temp copy is gone
 
 
@@ -286,14 +289,18 @@ def test_context_length_from_the_config_alone(tmp_path: pathlib.Path, config: di
 # ---------------------------------------------------------------- LoRA
 
 
-def test_lora_config_targets_attention_and_mlp_of_tiny(model: Any) -> None:
+def test_lora_config_targets_attention_and_mlp_of_tiny(tiny_path: str) -> None:
+    """Applied by PEFT to tiny, the config puts adapters on every attention and MLP projection, nowhere else."""
     import peft
 
-    cfg = models.lora_config(8, 16, model)
-    assert set(cfg.target_modules) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    cfg = models.lora_config(8, 16)
     assert (cfg.r, cfg.lora_alpha, cfg.lora_dropout) == (8, 16, 0.05)
     assert cfg.task_type == peft.TaskType.CAUSAL_LM
-    assert models.lora_config(8, 16).target_modules == "all-linear"
+    wrapped = peft.get_peft_model(models.load_model(tiny_path), cfg)
+    adapted = {name.rsplit(".", 1)[-1] for name, module in wrapped.named_modules() if hasattr(module, "lora_A")}
+    assert adapted == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    layers = tiny_module._TINY_SIZES["num_hidden_layers"]
+    assert sum(hasattr(m, "lora_A") for _, m in wrapped.named_modules()) == 7 * layers  # every block, every one
 
 
 def test_peft_wraps_tiny_with_the_config(tiny_path: str) -> None:
@@ -301,7 +308,7 @@ def test_peft_wraps_tiny_with_the_config(tiny_path: str) -> None:
     import torch
 
     base = models.load_model(tiny_path)
-    wrapped = peft.get_peft_model(base, models.lora_config(4, 8, base))
+    wrapped = peft.get_peft_model(base, models.lora_config(4, 8))
     trainable = [name for name, p in wrapped.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in name for name in trainable)
     out = wrapped(input_ids=torch.tensor([[1, 5, 7]]), labels=torch.tensor([[1, 5, 7]]))

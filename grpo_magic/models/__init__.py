@@ -1,0 +1,35 @@
+"""Models: resolve and load any model (``loading``), and build the offline ones (``tiny``).
+
+Callers import from this package (``from .models import load_model``), never from its modules,
+so that there is one place to look up, and to patch in tests, how a model is loaded.
+"""
+
+from __future__ import annotations
+
+from .cache import cache_dir
+from .loading import (
+    OFFLINE_MODELS,
+    has_cuda,
+    load_model,
+    load_tokenizer,
+    lora_config,
+    model_context_length,
+    resolve_model,
+    supports_bf16,
+)
+from .tiny import TINY, TINY_VERSION, tiny_model_path
+
+__all__ = [
+    "OFFLINE_MODELS",
+    "TINY",
+    "TINY_VERSION",
+    "cache_dir",
+    "has_cuda",
+    "load_model",
+    "load_tokenizer",
+    "lora_config",
+    "model_context_length",
+    "resolve_model",
+    "supports_bf16",
+    "tiny_model_path",
+]

@@ -1,0 +1,295 @@
+"""Resolving and loading any model: a hub id, a local folder, or one of the offline models built here.
+
+Heavy libraries (torch, transformers, peft, huggingface_hub) are imported inside the functions so
+that ``import grpo_magic`` and ``%load_ext grpo_magic`` stay light. The offline models (``tiny``)
+are built by their own modules and then loaded through the very same ``from_pretrained`` path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import GRPOMagicError
+from ..text import one_line
+from .tiny import TINY, tiny_model_path
+
+if TYPE_CHECKING:
+    import peft
+
+# Seconds to wait for the Hub before saying it cannot be reached.
+_HUB_TIMEOUT = 5.0
+_HUB_DEADLINE = 8.0
+
+#: The models built on this machine instead of downloaded: name -> the function that gives their folder.
+OFFLINE_MODELS: dict[str, Callable[[], pathlib.Path]] = {TINY: tiny_model_path}
+
+def _not_found(name: str) -> GRPOMagicError:
+    return GRPOMagicError(
+        f"Model '{name}' was not found: it is not a local folder and the Hugging Face Hub could "
+        "not be reached or has no such model; pass a local path, check the id, or use "
+        "--model tiny for the offline demo model."
+    )
+
+
+def _looks_like_path(name: str) -> bool:
+    """True when ``name`` can only be a filesystem path, not a Hub id (``name`` or ``org/name``)."""
+    if name.startswith(("/", "./", "../", "~", ".\\", "..\\")) or name in (".", ".."):
+        return True
+    if "\\" in name or (len(name) > 1 and name[1] == ":"):  # Windows paths
+        return True
+    if os.sep != "/" and os.sep in name:
+        return True
+    return name.count("/") > 1 or name.endswith("/")
+
+
+def _env_flag(var: str) -> bool:
+    return os.environ.get(var, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def _hub_offline() -> bool:
+    """Offline per the environment now (huggingface_hub reads it only once, at import)."""
+    if _env_flag("HF_HUB_OFFLINE") or _env_flag("TRANSFORMERS_OFFLINE"):
+        return True
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def _cached_config(repo_id: str) -> str | None:
+    """The path of ``config.json`` for a Hub id in the local HF cache, or None."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # an id the hub client rejects (bad characters, ...)
+        return None
+    return found if isinstance(found, str) else None
+
+
+def _hub_config(repo_id: str) -> str:
+    """Fetch ``config.json`` of a Hub model into the HF cache and return its path.
+
+    Raises GRPOMagicError with the reason. Runs in a daemon thread with a deadline, because the hub
+    client retries connection errors with back-off for tens of seconds and DNS can hang; a model
+    listing (no retries) is asked first so that an unreachable Hub fails at once.
+    """
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        from huggingface_hub import HfApi, hf_hub_download
+
+        try:
+            info = HfApi().model_info(repo_id, timeout=_HUB_TIMEOUT)
+            siblings = {s.rfilename for s in (info.siblings or [])}
+            if siblings and "config.json" not in siblings:
+                outcome["error"] = GRPOMagicError(
+                    f"Model '{repo_id}' on the Hugging Face Hub has no config.json, so it is not a "
+                    "transformers model; pick a repository with transformers weights."
+                )
+                return
+            outcome["path"] = hf_hub_download(repo_id, "config.json", etag_timeout=_HUB_TIMEOUT)
+        except BaseException as exc:  # noqa: BLE001 - reported to the caller below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=work, name="grpo-magic-hub-check", daemon=True)
+    thread.start()
+    thread.join(_HUB_DEADLINE)
+    if "path" in outcome:
+        return str(outcome["path"])
+    error = outcome.get("error")
+    if isinstance(error, GRPOMagicError):
+        raise error
+    from huggingface_hub.errors import GatedRepoError
+
+    if isinstance(error, GatedRepoError):
+        raise GRPOMagicError(
+            f"Model '{repo_id}' is gated on the Hugging Face Hub; accept its terms on the model "
+            "page and log in with `hf auth login`, or pick another model."
+        ) from error
+    raise _not_found(repo_id) from error
+
+
+def resolve_model(name: str) -> str:
+    """Turn what the user typed into something ``from_pretrained`` can load, or say why not.
+
+    Checked early (before anything heavy is loaded) so that a typo costs seconds, not a failed
+    run: ``tiny`` builds the demo model, a local folder is used as is, and a Hub id must be in the
+    local HF cache or reachable on the Hub. Answers within seconds when offline.
+    """
+    name = (name or "").strip()
+    if not name:
+        raise GRPOMagicError("No model was given; pass a Hub id, a local folder, or tiny for the demo model.")
+    if name in OFFLINE_MODELS:
+        return str(OFFLINE_MODELS[name]())
+    expanded = os.path.expanduser(name)
+    if os.path.isdir(expanded):
+        return expanded
+    if os.path.exists(expanded):
+        raise GRPOMagicError(
+            f"Model path '{name}' is a file, not a folder; pass the folder that holds config.json and the weights."
+        )
+    if _looks_like_path(name):
+        raise GRPOMagicError(
+            f"Model path '{name}' does not exist; check the path, or pass a Hugging Face Hub id "
+            "or tiny for the offline demo model."
+        )
+    if _cached_config(name) is not None:
+        return name
+    if _hub_offline():
+        raise GRPOMagicError(
+            f"Model '{name}' was not found: it is not a local folder nor in the Hugging Face cache, and the Hub "
+            "is off (HF_HUB_OFFLINE is set); pass a local path, unset HF_HUB_OFFLINE to download it, or use "
+            "--model tiny for the offline demo model."
+        )
+    _hub_config(name)
+    return name
+
+
+def _local_or_id(name_or_path: str) -> str:
+    """Accept the offline models' names (``tiny``) wherever a model name is taken."""
+    return str(OFFLINE_MODELS[name_or_path]()) if name_or_path in OFFLINE_MODELS else name_or_path
+
+
+def _read_config(name_or_path: str) -> dict[str, Any] | None:
+    """The raw config.json of a local folder or a (cached or reachable) Hub id, or None."""
+    path = pathlib.Path(os.path.expanduser(name_or_path))
+    if path.is_dir():
+        file: str | None = str(path / "config.json") if (path / "config.json").is_file() else None
+    else:
+        file = _cached_config(name_or_path)
+        if file is None and not _looks_like_path(name_or_path) and not _hub_offline():
+            try:
+                file = _hub_config(name_or_path)
+            except GRPOMagicError:
+                file = None
+    if file is None:
+        return None
+    try:
+        data = json.loads(pathlib.Path(file).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+_CONTEXT_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_sequence_length",
+    "seq_length",
+    "n_ctx",
+    "max_seq_len",
+    "model_max_length",
+)
+
+
+def model_context_length(name_or_path: str) -> int | None:
+    """The model's context window from its config.json, without loading weights or remote code.
+
+    Used to warn when prompts plus completions cannot fit. Multimodal configs keep the language
+    model's settings in a nested ``text_config`` (or similar), which is searched too. None when
+    unknown.
+    """
+    config = _read_config(_local_or_id(name_or_path))
+    if config is None:
+        return None
+    for section in (config, *(config.get(k) for k in ("text_config", "llm_config", "language_config"))):
+        if not isinstance(section, dict):
+            continue
+        for key in _CONTEXT_KEYS:
+            value = section.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+def has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def supports_bf16() -> bool:
+    """bf16 only where the hardware has it: on CPU, TRL's default bf16 raises."""
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+
+def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False) -> Any:
+    """Load the tokenizer ready for GRPO: left padding (generation) and a pad token.
+
+    Without a pad token batching fails; the eos token is the usual stand-in. Only when there is
+    no eos either is a new pad token added, and the model's embeddings must then be resized (pass
+    this tokenizer to ``load_model``).
+    """
+    from transformers import AutoTokenizer
+
+    path = _local_or_id(name_or_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except Exception as exc:
+        raise GRPOMagicError(f"Could not load the tokenizer of '{name_or_path}': {one_line(exc, 10_000)}") from exc
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is not None:
+            tokenizer.pad_token = tokenizer.eos_token
+        else:
+            tokenizer.add_special_tokens({"pad_token": "<|pad|>"})
+    return tokenizer
+
+
+def load_model(
+    name_or_path: str,
+    *,
+    peft: bool = False,
+    lora_r: int = 16,
+    lora_alpha: int = 32,
+    trust_remote_code: bool = False,
+    tokenizer: Any = None,
+) -> Any:
+    """Load the causal LM, in bf16 where the hardware supports it and float32 otherwise.
+
+    Returns the plain model even when ``peft`` is set: TRL applies LoRA itself from the config
+    made by ``lora_config`` (the ``peft``/``lora_*`` arguments are accepted for symmetry with the
+    parameters and not used here). When ``tokenizer`` has more tokens than the model's embeddings
+    (a pad token was added), the embeddings are resized.
+    """
+    del peft, lora_r, lora_alpha
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    path = _local_or_id(name_or_path)
+    dtype = torch.bfloat16 if supports_bf16() else torch.float32
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
+    except Exception as exc:
+        raise GRPOMagicError(f"Could not load model '{name_or_path}': {one_line(exc, 10_000)}") from exc
+    if tokenizer is not None:
+        embeddings = model.get_input_embeddings()
+        if embeddings is not None and len(tokenizer) > embeddings.weight.shape[0]:
+            model.resize_token_embeddings(len(tokenizer))
+        if model.config.pad_token_id is None and tokenizer.pad_token_id is not None:
+            model.config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def lora_config(lora_r: int, lora_alpha: int) -> peft.LoraConfig:
+    """The LoRA config TRL applies to the policy: adapters on every linear layer of the blocks.
+
+    PEFT's ``all-linear`` finds the attention and MLP projections of any architecture (``nn.Linear``
+    and GPT-2's ``Conv1D``) and leaves the output head out, so no per-model table is needed.
+    """
+    from peft import LoraConfig, TaskType
+
+    return LoraConfig(
+        r=lora_r,
+        lora_alpha=lora_alpha,
+        lora_dropout=0.05,
+        target_modules="all-linear",
+        task_type=TaskType.CAUSAL_LM,
+    )
