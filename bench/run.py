@@ -488,14 +488,15 @@ def worker_dashboard(args: dict[str, Any]) -> dict[str, Any]:
     """Render cost per event at the throttled rate, with a clock paced at ``step_s`` a step."""
     import random
 
-    import grpo_magic.dashboard as dashboard_module
-    from grpo_magic.dashboard import Dashboard, _Curves
+    import grpo_magic.dashboard.widget as dashboard_module
+    from grpo_magic.dashboard import Dashboard
+    from grpo_magic.dashboard.curves import Curves
     from grpo_magic.events import EventStream, RunLog, RunStarted, StatusChanged
 
     clock = _FakeClock()
     dashboard_module.time = clock  # type: ignore[assignment]
     pngs: list[float] = []
-    original_png = _Curves.png
+    original_png = Curves.png
 
     def timed_png(self, *a, **k):
         t = time.perf_counter()
@@ -504,7 +505,7 @@ def worker_dashboard(args: dict[str, Any]) -> dict[str, Any]:
         finally:
             pngs.append(time.perf_counter() - t)
 
-    _Curves.png = timed_png  # type: ignore[method-assign]
+    Curves.png = timed_png  # type: ignore[method-assign]
     out = tempfile.mkdtemp(prefix="bench-dash-")
     stream = EventStream()
     log = RunLog(out)
@@ -556,7 +557,7 @@ def worker_memory(args: dict[str, Any]) -> dict[str, Any]:
     import random
     import tracemalloc
 
-    import grpo_magic.dashboard as dashboard_module
+    import grpo_magic.dashboard.widget as dashboard_module
     from grpo_magic import GRPOParams
     from grpo_magic.dashboard import Dashboard
     from grpo_magic.events import RunLog, RunStarted, StatusChanged

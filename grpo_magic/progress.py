@@ -1,8 +1,9 @@
-"""Terminal progress for the CLI: a subscriber of the run's event stream that writes plain text.
+"""Terminal progress for the CLI: the run's view model (``dashboard.state.RunView``) as plain text.
 
-One progress line per logged step (updated in place with a carriage return on a TTY, one line
-per step otherwise, so that logs and CI output stay readable), a short look at the latest
-group(s) every few steps, status changes, the first error of each kind, and the final line.
+It folds each event into the same ``RunView`` the notebook dashboard renders, and prints: one
+progress line per logged step (updated in place with a carriage return on a TTY, one line per step
+otherwise, so that logs and CI output stay readable), a short look at the latest group(s) every few
+steps, status changes, the first error of each kind, and the final line.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ from __future__ import annotations
 import shutil
 import sys
 import threading
-from typing import Any, TextIO
+from typing import TextIO
 
-from grpo_magic.events import (
+from .dashboard.state import RunView
+from .events import (
     EpisodeError,
     Event,
     GroupScored,
@@ -21,18 +23,9 @@ from grpo_magic.events import (
     StatusChanged,
     StepLogged,
 )
+from .text import finite, format_duration, plural
 
 _BAR_WIDTH = 20
-
-
-def format_duration(seconds: float | None) -> str:
-    """``m:ss``, or ``h:mm:ss`` past an hour; ``-`` when unknown."""
-    if seconds is None or seconds != seconds or seconds < 0:
-        return "-"
-    s = int(round(seconds))
-    h, rem = divmod(s, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
 def progress_bar(done: int, total: int, width: int = _BAR_WIDTH) -> str:
@@ -56,12 +49,9 @@ def shorten(text: str, width: int) -> str:
     return one_line[: max(width - 1, 1)] + "…"
 
 
-def _num(value: Any, fmt: str) -> str | None:
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return format(f, fmt) if f == f else None
+def _num(value: object, fmt: str) -> str | None:
+    f = finite(value)
+    return None if f is None else format(f, fmt)
 
 
 class TerminalProgress:
@@ -79,15 +69,10 @@ class TerminalProgress:
             self.tty = bool(self.stream.isatty())
         except (AttributeError, ValueError):
             self.tty = False
+        self.view = RunView(max_group_steps=1)
         self._lock = threading.Lock()
         self._open_line = False  # a TTY progress line waits to be overwritten or ended
-        self._start: float | None = None
-        self._train_start: float | None = None
-        self._max_steps: int | None = None
-        self._groups: list[GroupScored] = []
-        self._groups_step: int | None = None
-        self._error_kinds: set[str] = set()
-        self._last_step = 0
+        self._summarized: int | None = None  # the step whose groups were last shown
 
     # ---- output helpers -----------------------------------------------------------------
 
@@ -115,51 +100,37 @@ class TerminalProgress:
 
     def __call__(self, event: Event) -> None:
         with self._lock:
+            self.view.apply(event)
             if isinstance(event, RunStarted):
-                self._start = event.time
-                self._max_steps = event.max_steps
                 self._write_line(f"grpo: {event.env_name} on {event.model} -> {event.output_dir}")
             elif isinstance(event, StatusChanged):
-                if event.status == "training" and self._train_start is None:
-                    self._train_start = event.time
                 message = f" ({event.message})" if event.message else ""
                 self._write_line(f"grpo: {event.status}{message}")
             elif isinstance(event, EpisodeError):
-                if event.kind not in self._error_kinds:
-                    self._error_kinds.add(event.kind)
+                if self.view.error_counts.get(event.kind) == 1:
                     self._write_line(
                         f"grpo: episode error {event.kind} at step {event.step}: "
                         f"{shorten(event.message, self._width() - 40)} (no reward for that completion; "
                         "further errors of this kind are counted on the progress line)"
                     )
-            elif isinstance(event, GroupScored):
-                if event.step != self._groups_step:
-                    self._groups, self._groups_step = [], event.step
-                if len(self._groups) < max(self.groups_shown, 0):
-                    self._groups.append(event)
             elif isinstance(event, StepLogged):
                 self._on_step(event)
             elif isinstance(event, RunFinished):
                 self._on_finished(event)
 
     def _on_step(self, event: StepLogged) -> None:
-        if self._start is None:
-            self._start = event.time
-        if self._train_start is None:
-            self._train_start = self._start
-        if event.max_steps:
-            self._max_steps = event.max_steps
-        self._last_step = event.step
         self._write_progress(self.progress_line(event))
-        if self.summary_every > 0 and self._groups and event.step % self.summary_every == 0:
-            for group in self._groups:
+        step = self.view.latest_group_step()
+        if self.summary_every > 0 and step is not None and step != self._summarized and event.step % self.summary_every == 0:
+            self._summarized = step
+            for group in self.view.groups_mem[step][: max(self.groups_shown, 0)]:
                 for line in self.group_summary(group):
                     self._write_line(line)
-            self._groups = []
 
     def progress_line(self, event: StepLogged) -> str:
         """``step 12/40 [=====>    ] reward 0.43 ±0.12 kl 0.003 err 0/16 elapsed 0:12 eta 0:28``."""
-        total = self._max_steps or 0
+        view = self.view
+        total = view.max_steps or 0
         parts = [f"step {event.step}/{total}" if total else f"step {event.step}"]
         if total:
             parts.append(progress_bar(event.step, total))
@@ -172,13 +143,10 @@ class TerminalProgress:
         if kl is not None:
             parts.append(f"kl {kl}")
         parts.append(f"err {event.episode_errors}/{event.episodes}")
-        elapsed = event.elapsed_s
-        if elapsed is None and self._start is not None:
-            elapsed = event.time - self._start
-        parts.append(f"elapsed {format_duration(elapsed)}")
-        if total and event.step > 0 and self._train_start is not None:
-            per_step = (event.time - self._train_start) / event.step
-            parts.append(f"eta {format_duration(per_step * max(total - event.step, 0))}")
+        parts.append(f"elapsed {format_duration(view.elapsed())}")
+        eta = view.eta()
+        if eta is not None:
+            parts.append(f"eta {format_duration(eta)}")
         return " ".join(parts)
 
     def group_summary(self, group: GroupScored) -> list[str]:
@@ -207,8 +175,8 @@ class TerminalProgress:
         return lines
 
     def _on_finished(self, event: RunFinished) -> None:
-        steps = event.steps or self._last_step
-        text = f"grpo: run {event.status} after {steps} step{'s' if steps != 1 else ''}"
+        steps = event.steps or self.view.step
+        text = f"grpo: run {event.status} after {plural(steps, 'step')}"
         if event.reason:
             text += f": {event.reason}"
         if event.output_dir:

@@ -336,7 +336,7 @@ def _write_run(tmp_path: Path, steps: int, dash: Dashboard | None = None) -> Non
 def test_step_selector_reads_old_steps_from_the_run_log(tmp_path: Path) -> None:
     dash = Dashboard(max_group_steps=2, run_log=str(tmp_path))
     _write_run(tmp_path, 6, dash)
-    assert sorted(dash._groups_mem) == [5, 6]
+    assert sorted(dash.view.groups_mem) == [5, 6]
     values = [v for _, v in dash._step_select.options]
     assert values[0] == LATEST and {1, 2, 3, 4, 5, 6} <= set(values)
     dash._step_select.value = 2  # as the user does in the browser
@@ -401,8 +401,8 @@ def test_a_resumed_run_continues_the_log_from_its_checkpoint(tmp_path: Path) -> 
     log.close()
     dash = replay(str(tmp_path))
     assert "resumed" in dash.groups_html
-    assert list(dash._steps) == [1.0, 2.0]  # step 3 of the first attempt is gone
-    assert dash._metrics["reward"][-1] == 0.9
+    assert list(dash.view.steps) == [1.0, 2.0]  # step 3 of the first attempt is gone
+    assert dash.view.metrics["reward"][-1] == 0.9
     assert [v for _, v in dash._step_select.options] == [LATEST, 2, 1]
     dash.select_step(1)
     assert "completion s1g0c0" in dash.groups_html
@@ -422,8 +422,8 @@ def test_memory_stays_bounded_over_a_long_run(tmp_path: Path) -> None:
         dash(step_logged(s, max_steps=10_000))
     dash.flush()
     assert dash.groups_in_memory() == 6
-    assert len(dash._groups_mem) == 3
-    assert len(dash._steps) == 10_000 and dash._steps.itemsize == 8  # compact floats
+    assert len(dash.view.groups_mem) == 3
+    assert len(dash.view.steps) == 10_000 and dash.view.steps.itemsize == 8  # compact floats
     assert dash.step == 10_000
     assert dash.reward_png.startswith(PNG)
     # old steps are not in this run log: the selector only offers what it can show

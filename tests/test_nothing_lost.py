@@ -136,7 +136,7 @@ def test_resume_continues_steps_optimizer_log_and_history_from_the_api_and_the_m
     events = list(read_run_log(third.output_dir))
     assert _steps(third.output_dir) == [1, 2, 3, 4, 5, 6]
     assert [e.status for e in events if isinstance(e, RunFinished)] == ["completed"] * 3
-    assert list(grpo_magic.replay(str(third.output_dir))._steps) == [1, 2, 3, 4, 5, 6]
+    assert list(grpo_magic.replay(str(third.output_dir)).view.steps) == [1, 2, 3, 4, 5, 6]
 
 
 def test_resume_without_a_checkpoint_is_a_clear_error_before_anything_loads(in_tmp):

@@ -1,0 +1,244 @@
+"""Pure HTML builders of the dashboard: data in, HTML string out (no widgets, no state).
+
+Like transformers' ``utils/notebook.py``, every part of the dashboard is a function of plain data
+(events, or the ``RunView`` they fold into), so the live view and a replay of the run log give the
+same HTML, and tests can read it. Every user or model text is escaped here.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable
+from typing import Any
+
+from ..events import GroupScored
+from ..text import format_duration
+from .state import RunView
+
+MAX_TEXT_CHARS = 20_000  # one completion or prompt shown in a card (the full text is in the run log)
+MAX_TRACEBACK_CHARS = 6_000
+PROMPT_COLLAPSE_CHARS = 240
+PROMPT_COLLAPSE_LINES = 4
+
+STATUS_COLORS = {
+    "starting": "#6b7280",
+    "loading model": "#2563eb",
+    "training": "#2563eb",
+    "stopping": "#d97706",
+    "saving": "#2563eb",
+    "completed": "#16a34a",
+    "stopped": "#d97706",
+    "failed": "#dc2626",
+}
+
+
+def esc(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def duration(seconds: float | None) -> str:
+    return format_duration(seconds, unknown="–")
+
+
+def truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n… ({len(text) - limit} more characters in the run log)"
+
+
+# ---------------------------------------------------------------- group cards
+
+CARD_STYLE = "border:1px solid rgba(128,128,128,.35);border-radius:6px;padding:8px 10px;margin:6px 0;"
+PRE_STYLE = (
+    "white-space:pre-wrap;word-break:break-word;margin:2px 0 0 0;padding:4px 6px;"
+    "background:rgba(128,128,128,.08);border-radius:4px;font-size:12px;max-height:16em;overflow:auto;"
+)
+BADGE = "display:inline-block;padding:0 6px;border-radius:8px;font-size:11px;margin-left:6px;color:#fff;"
+
+
+def _score_bar(score: float | None) -> str:
+    if score is None:
+        return (
+            '<span style="display:inline-block;width:90px;text-align:center;color:#dc2626">—</span>'
+            '<span style="display:inline-block;width:72px;text-align:right">score –</span>'
+        )
+    frac = min(max(score, 0.0), 1.0)
+    return (
+        '<span style="display:inline-block;width:90px;height:10px;background:rgba(128,128,128,.2);'
+        'border-radius:2px;vertical-align:middle;position:relative">'
+        f'<span style="position:absolute;left:0;top:0;bottom:0;width:{frac * 100:.1f}%;'
+        'background:#3b82f6;border-radius:2px"></span></span>'
+        f'<span style="display:inline-block;width:72px;text-align:right">score {score:.2f}</span>'
+    )
+
+
+def _advantage_bar(adv: float | None, scale: float) -> str:
+    if adv is None:
+        return '<span style="display:inline-block;width:150px">A –</span>'
+    half = min(abs(adv) / scale, 1.0) * 50.0
+    color = "#16a34a" if adv > 0 else "#dc2626" if adv < 0 else "#6b7280"
+    left = 50.0 if adv >= 0 else 50.0 - half
+    return (
+        '<span style="display:inline-block;width:90px;height:10px;background:rgba(128,128,128,.2);'
+        'border-radius:2px;vertical-align:middle;position:relative;margin-left:14px">'
+        '<span style="position:absolute;left:50%;top:-2px;bottom:-2px;width:1px;background:#888"></span>'
+        f'<span style="position:absolute;left:{left:.1f}%;top:0;bottom:0;width:{half:.1f}%;'
+        f'background:{color};border-radius:2px"></span></span>'
+        f'<span style="display:inline-block;width:60px;text-align:right;color:{color}">A {adv:+.2f}</span>'
+    )
+
+
+def _advantage_formula(group: GroupScored) -> str:
+    """TRL's group advantage, filled in with this group's numbers for its first scored completion."""
+    mean, std = group.mean, group.std
+    if mean is None or std is None:
+        return "every episode failed: no reward, no learning signal from this prompt"
+    first = next((i for i, s in enumerate(group.scores) if s is not None), None)
+    if first is None:  # pragma: no cover - mean is None then
+        return ""
+    r = float(group.scores[first])  # type: ignore[arg-type]
+    computed = (r - mean) / (std + 1e-4)
+    text = (
+        f"A<sub>i</sub> = (r<sub>i</sub> − mean) / (std + 1e-4); for #{first}: "
+        f"A = ({r:.2f} - {mean:.2f}) / ({std:.2f} + 1e-4) = {computed:.2f}"
+    )
+    used = group.advantages[first] if first < len(group.advantages) else None
+    if used is not None and abs(float(used) - computed) > 5e-3 * max(1.0, abs(computed)):
+        text += f" (TRL used {float(used):.2f}: another scale_rewards setting)"
+    return text
+
+
+def _prompt_html(prompt: str) -> str:
+    prompt = truncate(prompt, MAX_TEXT_CHARS)
+    lines = prompt.splitlines() or [""]
+    if len(prompt) > PROMPT_COLLAPSE_CHARS or len(lines) > PROMPT_COLLAPSE_LINES:
+        head = lines[0][:120] + ("…" if len(lines[0]) > 120 or len(lines) > 1 else "")
+        return (
+            f'<details><summary><b>prompt</b> <span style="opacity:.75">{esc(head)}</span></summary>'
+            f'<pre style="{PRE_STYLE}">{esc(prompt)}</pre></details>'
+        )
+    return f'<div><b>prompt</b><pre style="{PRE_STYLE}">{esc(prompt)}</pre></div>'
+
+
+def _completion_html(group: GroupScored, i: int, scale: float) -> str:
+    score = group.scores[i] if i < len(group.scores) else None
+    adv = group.advantages[i] if i < len(group.advantages) else None
+    error = group.errors[i] if i < len(group.errors) else None
+    clipped = bool(group.clipped[i]) if i < len(group.clipped) else False
+    marks = []
+    if error:
+        kind = esc(error.get("kind", "error"))
+        message = esc(error.get("message", ""))
+        marks.append(f'<span style="{BADGE}background:#dc2626">⚠ episode error</span> <b>{kind}</b>: {message}')
+    if clipped:
+        raw = group.raw_scores[i] if i < len(group.raw_scores) else None
+        detail = f" (env returned {esc(raw)})" if raw is not None else ""
+        marks.append(f'<span style="{BADGE}background:#d97706">clipped</span> score clipped to [0, 1]{detail}')
+    row = (
+        '<div style="margin:6px 0 0 0">'
+        f'<div style="font-size:12px"><span style="display:inline-block;width:30px;opacity:.7">#{i}</span>'
+        f"{_score_bar(score)}{_advantage_bar(None if adv is None else float(adv), scale)}"
+        f"{''.join(' ' + m for m in marks)}</div>"
+        f'<pre style="{PRE_STYLE}">{esc(truncate(group.completions[i], MAX_TEXT_CHARS))}</pre>'
+    )
+    if error and error.get("traceback"):
+        tb = truncate(str(error["traceback"])[-MAX_TRACEBACK_CHARS:], MAX_TRACEBACK_CHARS)
+        row += f'<details><summary>traceback</summary><pre style="{PRE_STYLE}">{esc(tb)}</pre></details>'
+    return row + "</div>"
+
+
+def group_card_html(group: GroupScored) -> str:
+    """One group's card: prompt, completions with score and advantage bars, the formula."""
+    mean, std = group.mean, group.std
+    stats = f"mean {mean:.2f} · std {std:.2f}" if mean is not None and std is not None else "no valid scores"
+    n_err = sum(1 for e in group.errors if e)
+    if n_err:
+        stats += f" · {n_err} episode error{'s' if n_err > 1 else ''} (no reward, excluded)"
+    flag = ""
+    if group.zero_variance:
+        flag = '<div style="color:#d97706;margin:4px 0">⚠ all scores equal: no learning signal from this prompt</div>'
+    advs = [abs(float(a)) for a in group.advantages if a is not None]
+    scale = max([1.0, *advs])
+    rows = "".join(_completion_html(group, i, scale) for i in range(len(group.completions)))
+    return (
+        f'<div class="grpo-group" style="{CARD_STYLE}">'
+        f"<div><b>step {group.step} · group {group.group}</b> "
+        f'<span style="opacity:.8">· {len(group.completions)} completions · {stats}</span></div>'
+        f"{flag}{_prompt_html(group.prompt)}{rows}"
+        f'<div style="font-size:12px;opacity:.85;margin-top:6px">{_advantage_formula(group)}</div>'
+        "</div>"
+    )
+
+
+def groups_html(groups: Iterable[GroupScored]) -> str:
+    """The cards of one step's groups, in group order."""
+    cards = [group_card_html(g) for g in sorted(groups, key=lambda g: g.group)]
+    return "".join(cards) if cards else "<i>no groups scored yet</i>"
+
+
+# ---------------------------------------------------------------- header, info, errors
+
+
+def header_html(view: RunView) -> str:
+    """Title, status badge and the current phase's message."""
+    color = STATUS_COLORS.get(view.status, "#6b7280")
+    if view.stop_requested and view.finished is None:
+        color = STATUS_COLORS["stopping"]
+    message = (
+        f' <span style="opacity:.8">{esc(view.message)}</span>' if view.message and view.finished is None else ""
+    )
+    title = f"GRPO · {esc(view.env_name)}" if view.env_name else "GRPO"
+    return (
+        f'<div style="font-size:15px"><b>{title}</b> '
+        f'<span class="grpo-status" style="{BADGE}background:{color};font-size:12px">{esc(view.status_text)}</span>'
+        f"{message}</div>"
+    )
+
+
+def progress_text(view: RunView) -> str:
+    """``step 12/40 · elapsed 0:12 · ETA 0:28``."""
+    total = view.max_steps or 0
+    step_text = f"step {view.step}/{total}" if total else f"step {view.step}"
+    eta = view.eta()
+    return f"&nbsp;{step_text} · elapsed {duration(view.elapsed())}" + (
+        f" · ETA {duration(eta)}" if eta is not None else ""
+    )
+
+
+def info_html(view: RunView) -> str:
+    """Model, env and output folder; at the end, the reason and what was saved."""
+    parts = []
+    if view.model:
+        parts.append(f"model <code>{esc(view.model)}</code>")
+    if view.env_name:
+        parts.append(f"env <code>{esc(view.env_name)}</code>")
+    if view.output_dir:
+        parts.append(f"output <code>{esc(view.output_dir)}</code>")
+    info = " · ".join(parts)
+    f = view.finished
+    if f is not None:
+        if f.reason and f.status == "failed":
+            info += f'<div style="color:#dc2626"><b>failed:</b> {esc(f.reason)}</div>'
+        elif f.reason:
+            info += f"<div>{esc(f.status)}: {esc(f.reason)}</div>"
+        if f.saved:
+            info += "<div>saved: " + ", ".join(f"<code>{esc(s)}</code>" for s in f.saved) + "</div>"
+    return info
+
+
+def errors_html(view: RunView) -> str:
+    """Episode errors: counts by kind, then the latest tracebacks."""
+    if not view.error_total:
+        return "<i>no episode errors</i>"
+    counts = "".join(
+        f"<li><b>{esc(kind)}</b>: {n}</li>" for kind, n in sorted(view.error_counts.items(), key=lambda kv: -kv[1])
+    )
+    latest = "".join(
+        f"<details><summary>step {e.step} · #{e.index} · <b>{esc(e.kind)}</b>: {esc(e.message)}</summary>"
+        f'<pre style="{PRE_STYLE}">{esc(e.traceback[-MAX_TRACEBACK_CHARS:])}</pre></details>'
+        for e in reversed(view.latest_errors)
+    )
+    return (
+        f"<div>{view.error_total} episode errors (their completions got no reward)</div>"
+        f'<ul style="margin:4px 0">{counts}</ul><div><b>latest</b></div>{latest}'
+    )

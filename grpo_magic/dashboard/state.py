@@ -1,0 +1,206 @@
+"""The view model of a run: events folded into the state every display renders.
+
+``RunView`` is plain Python (no widgets, no plotting): the notebook dashboard renders it with
+ipywidgets, the terminal progress prints it, and a replay rebuilds it from the run log, so all
+three always agree (docs/architecture.md, "The dashboard"). Memory stays bounded: metric
+history is kept as compact float arrays and only the last few steps' groups are held; older
+groups live on in the run log.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from array import array
+from collections import OrderedDict, deque
+from typing import Any
+
+from ..events import EpisodeError, Event, GroupScored, RunFinished, RunStarted, StatusChanged, StepLogged
+from ..text import finite
+
+# Metrics kept per logged step for the curves; everything else TRL logs stays in the run log.
+CURVE_METRICS = (
+    "reward",
+    "reward_std",
+    "kl",
+    "loss",
+    "completions/mean_length",
+    "completions/clipped_ratio",
+    "frac_reward_zero_std",
+    "error_rate",
+)
+LATEST_ERRORS = 5  # tracebacks kept for the errors panel
+
+
+def cut_from(step: float, steps: array, *columns: array) -> None:
+    """Drop the entries at ``step`` and after from a sorted step array and its columns."""
+    i = bisect.bisect_left(steps, step)
+    for arr in (steps, *columns):
+        del arr[i:]
+
+
+class RunView:
+    """Everything a display shows of one run, updated event by event (``apply``).
+
+    ``max_group_steps`` steps of groups stay in memory. ``stop_requested`` is set by a display's
+    Stop button, so that every part of it says "stopping..." at once, before the run answers.
+    """
+
+    def __init__(self, max_group_steps: int = 5) -> None:
+        self.max_group_steps = max(1, int(max_group_steps))
+        self.reset_run()
+        self.step = 0
+        # Metric history: compact arrays of floats, NaN where a step did not log a metric.
+        self.steps = array("d")
+        self.metrics: dict[str, array] = {name: array("d") for name in CURVE_METRICS}
+        self.last_metrics: dict[str, Any] = {}
+        self.range_steps = array("d")
+        self.range_min = array("d")
+        self.range_max = array("d")
+        self.curves_version = 0  # bumped by StepLogged: a new point on every curve
+        self.range_version = 0  # bumped by GroupScored: drawn with the next step, or at a flush
+        # Groups: the last max_group_steps steps in memory, older ones in the run log.
+        self.groups_mem: OrderedDict[int, list[GroupScored]] = OrderedDict()
+        self.group_steps_seen = 0
+        # Errors.
+        self.error_counts: dict[str, int] = {}
+        self.error_total = 0
+        self.latest_errors: deque[EpisodeError] = deque(maxlen=LATEST_ERRORS)
+        self.errors_version = 0
+
+    def reset_run(self) -> None:
+        """What a new ``RunStarted`` replaces; the history stays, as a resumed run continues it."""
+        self.status = "starting"
+        self.reason = ""
+        self.message = ""
+        self.stop_requested = False
+        self.finished: RunFinished | None = None
+        self.env_name = ""
+        self.model = ""
+        self.output_dir = ""
+        self.max_steps: int | None = None
+        self.t_start: float | None = None
+        self.t_last: float | None = None
+        self.t_train: float | None = None
+        self.step_at_train = 0  # a resumed run starts from its checkpoint's step
+
+    # ---- folding events -------------------------------------------------------------------
+
+    def apply(self, event: Event) -> bool:
+        """Fold one event into the state; True when a display must show it at once."""
+        if isinstance(event, RunStarted):
+            self.reset_run()
+            self.env_name, self.model, self.output_dir = event.env_name, event.model, event.output_dir
+            self.max_steps = event.max_steps
+            self.t_start = self.t_last = event.time
+            self.groups_mem.clear()  # a resumed run re-scores steps from its checkpoint on: those groups come anew
+            return True
+        self.t_last = event.time if self.t_last is None else max(self.t_last, event.time)
+        if self.t_start is None:
+            self.t_start = event.time
+        if isinstance(event, StatusChanged):
+            self.status, self.message = event.status, event.message
+            if event.status == "training" and self.t_train is None:
+                self.t_train, self.step_at_train = event.time, self.step
+            return True
+        if isinstance(event, RunFinished):
+            self.finished = event
+            self.status, self.reason = event.status, event.reason
+            if event.output_dir:
+                self.output_dir = event.output_dir
+            if event.steps:
+                self.step = max(self.step, event.steps)
+            return True
+        if isinstance(event, StepLogged):
+            self._apply_step(event)
+        elif isinstance(event, GroupScored):
+            self._apply_group(event)
+        elif isinstance(event, EpisodeError):
+            self.error_counts[event.kind] = self.error_counts.get(event.kind, 0) + 1
+            self.error_total += 1
+            self.latest_errors.append(event)
+            self.errors_version += 1
+        return False
+
+    def _apply_step(self, event: StepLogged) -> None:
+        if self.status in ("starting", "loading model"):
+            self.status = "training"
+        if self.t_train is None:
+            self.t_train = self.t_start
+        if event.max_steps:
+            self.max_steps = event.max_steps
+        if self.steps and event.step < self.steps[-1]:  # a resumed run went back to its checkpoint
+            cut_from(event.step, self.steps, *self.metrics.values())
+        self.step = event.step
+        self.last_metrics = event.metrics
+        values = {name: finite(event.metrics.get(name)) for name in CURVE_METRICS}
+        values["error_rate"] = event.episode_errors / event.episodes if event.episodes else None
+        if self.steps and self.steps[-1] == event.step:
+            # TRL can log one step twice (train metrics, then the run summary): merge them.
+            for name, value in values.items():
+                if value is not None:
+                    self.metrics[name][-1] = value
+        else:
+            self.steps.append(float(event.step))
+            for name, value in values.items():
+                self.metrics[name].append(math.nan if value is None else value)
+        self.curves_version += 1
+
+    def _apply_group(self, event: GroupScored) -> None:
+        step = event.step
+        if self.groups_mem and step < next(reversed(self.groups_mem)):
+            for old in [s for s in self.groups_mem if s >= step]:  # a resumed run went back
+                del self.groups_mem[old]
+        if self.range_steps and step < self.range_steps[-1]:
+            cut_from(step, self.range_steps, self.range_min, self.range_max)
+        if step not in self.groups_mem:
+            self.groups_mem[step] = []
+            while len(self.groups_mem) > self.max_group_steps:
+                self.groups_mem.popitem(last=False)  # older steps live on in the run log
+            self.group_steps_seen += 1
+        self.groups_mem[step].append(event)
+        valid = [float(s) for s in event.scores if s is not None]
+        if valid:
+            lo, hi = min(valid), max(valid)
+            if self.range_steps and self.range_steps[-1] == step:
+                self.range_min[-1] = min(self.range_min[-1], lo)
+                self.range_max[-1] = max(self.range_max[-1], hi)
+            else:
+                self.range_steps.append(float(step))
+                self.range_min.append(lo)
+                self.range_max.append(hi)
+            self.range_version += 1
+
+    # ---- derived views ----------------------------------------------------------------------
+
+    @property
+    def status_text(self) -> str:
+        """The status as displays say it, e.g. ``training``, ``stopping...``, ``failed: <reason>``."""
+        if self.status == "stopping" or (self.stop_requested and self.finished is None):
+            return "stopping..."
+        if self.status == "failed":
+            return f"failed: {self.reason}" if self.reason else "failed"
+        if self.finished is not None and self.reason and self.status == "stopped":
+            return f"stopped: {self.reason}"
+        return self.status
+
+    def elapsed(self) -> float | None:
+        """Seconds from the start of the run to its end (or its latest event)."""
+        if self.t_start is None or self.t_last is None:
+            return None
+        end = self.finished.time if self.finished is not None else self.t_last
+        return end - self.t_start
+
+    def eta(self) -> float | None:
+        """Seconds left at the pace of the steps trained so far in this attempt; None when unknown or done."""
+        total = self.max_steps or 0
+        done = self.step - self.step_at_train
+        if self.finished is not None or not total or done <= 0 or self.t_train is None or not self.t_last:
+            return None
+        return (self.t_last - self.t_train) / done * max(total - self.step, 0)
+
+    def latest_group_step(self) -> int | None:
+        return next(reversed(self.groups_mem)) if self.groups_mem else None
+
+    def groups_in_memory(self) -> int:
+        return sum(len(v) for v in self.groups_mem.values())
