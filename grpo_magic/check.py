@@ -194,7 +194,7 @@ def check_env(
         raise GRPOMagicError(f"samples must be a whole number of prompts, at least 1; got {samples!r}.")
     params = _check_params(params, model=model, num_generations=num_generations, max_new_tokens=max_new_tokens,
                            temperature=temperature, seed=seed, workers=workers, timeout=timeout)
-    from .run import prepare
+    from .preflight import prepare
 
     started = time.perf_counter()
     params, prepared, model_path, tokenizer = prepare(params, env)

@@ -91,9 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
 
-    from .launch import LaunchOptions, end_distributed, execute, plan_launch
-    from .params import world_size
-    from .run import is_main_process, train
+    from .distributed import end_distributed, is_main_process, world_size
+    from .launch import LaunchOptions, execute, plan_launch
+    from .run import train
 
     try:
         params = params_from_namespace(args)

@@ -1,7 +1,7 @@
 """Environments: load, register, instantiate and validate them before any model is loaded.
 
 An environment is any class with ``build_dataset(tokenizer)`` and ``score_episode(model,
-tokenizer, completion, **columns)`` (DESIGN.md section 1). It can come from a module
+tokenizer, completion, **columns)`` (docs/architecture.md, "The environment interface"). It can come from a module
 (``rl_env_module`` + ``rl_env_class``), from the inline registry (``register_env``, which
 ``%%grpo_env`` uses), or be passed to ``train(env=...)`` as a class or an instance. Every problem
 is reported as one ``GRPOMagicError`` sentence that names the thing and the fix.
@@ -19,6 +19,7 @@ from typing import Any
 
 from .errors import GRPOMagicError
 from .params import GRPOParams
+from .text import one_line
 
 REQUIRED_METHODS = ("build_dataset", "score_episode")
 #: Leading parameters of ``score_episode`` that we pass positionally.
@@ -142,7 +143,7 @@ def _check_constructor(cls: type, config: dict[str, Any]) -> None:
                 "fix the JSON keys or the constructor."
             ) from None
         raise GRPOMagicError(
-            f"{cls.__name__}() cannot be built from rl_env_config {config!r} ({_one_line(exc)}); {takes}."
+            f"{cls.__name__}() cannot be built from rl_env_config {config!r} ({one_line(exc)}); {takes}."
         ) from None
 
 
@@ -152,7 +153,7 @@ def instantiate(cls: type, config: dict[str, Any]) -> Any:
         return cls(**config)
     except Exception as exc:  # noqa: BLE001 - any constructor failure is the user's to fix
         raise GRPOMagicError(
-            f"{cls.__name__}(**rl_env_config) raised {type(exc).__name__}: {_one_line(exc)}; fix the constructor or the config."
+            f"{cls.__name__}(**rl_env_config) raised {type(exc).__name__}: {one_line(exc)}; fix the constructor or the config."
         ) from exc
 
 
@@ -179,7 +180,7 @@ def load_module_env(module_name: str, class_name: str) -> type:
                 "the folder that contains it or check --rl-env-module."
             ) from exc
         raise GRPOMagicError(
-            f"Importing environment module {module_name!r} failed: {_one_line(exc)}; install what it imports."
+            f"Importing environment module {module_name!r} failed: {one_line(exc)}; install what it imports."
         ) from exc
     except SyntaxError as exc:
         raise GRPOMagicError(
@@ -188,7 +189,7 @@ def load_module_env(module_name: str, class_name: str) -> type:
         ) from exc
     except Exception as exc:  # noqa: BLE001 - the user's module code raised while importing
         raise GRPOMagicError(
-            f"Importing environment module {module_name!r} raised {type(exc).__name__}: {_one_line(exc)}; fix the module."
+            f"Importing environment module {module_name!r} raised {type(exc).__name__}: {one_line(exc)}; fix the module."
         ) from exc
     cls = getattr(module, class_name, None)
     if cls is None:
@@ -236,16 +237,6 @@ def resolve_env(params: GRPOParams, env: Any = None) -> EnvSpec:
 # ---------------------------------------------------------------- dataset and tools
 
 
-def _one_line(exc: BaseException) -> str:
-    """An exception's first line: a user-facing error is one sentence, whatever the env raised."""
-    try:
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    except Exception:  # noqa: BLE001 - an exception whose __str__ raises
-        lines = []
-    text = lines[0] if lines else type(exc).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
-
-
 def _where(env: Any, method: str) -> str:
     return f"{type(env).__name__}.{method}()"
 
@@ -258,7 +249,7 @@ def check_tools(env: Any) -> list[dict[str, Any]]:
     try:
         tools = get_tools()
     except Exception as exc:  # noqa: BLE001
-        raise GRPOMagicError(f"{_where(env, 'get_tools')} raised {type(exc).__name__}: {_one_line(exc)}; fix get_tools.") from exc
+        raise GRPOMagicError(f"{_where(env, 'get_tools')} raised {type(exc).__name__}: {one_line(exc)}; fix get_tools.") from exc
     if tools is None:
         return []
     if not isinstance(tools, (list, tuple)):
@@ -291,7 +282,7 @@ def build_and_check_dataset(env: Any, tokenizer: Any):
         dataset = env.build_dataset(tokenizer)
     except Exception as exc:  # noqa: BLE001
         raise GRPOMagicError(
-            f"{_where(env, 'build_dataset')} raised {type(exc).__name__}: {_one_line(exc)}; fix build_dataset."
+            f"{_where(env, 'build_dataset')} raised {type(exc).__name__}: {one_line(exc)}; fix build_dataset."
         ) from exc
     if not isinstance(dataset, Dataset):
         raise GRPOMagicError(
@@ -351,7 +342,7 @@ def check_episode_signature(env: Any, columns: list[str]) -> None:
 
 
 def render_prompts_with_tools(dataset, tokenizer: Any, tools: list[dict[str, Any]]):
-    """Render every prompt through the chat template with the env's tools (DESIGN.md section 1).
+    """Render every prompt through the chat template with the env's tools (docs/architecture.md, "The environment interface").
 
     TRL passes ``tools=`` to the chat template itself only for its own tool loop, so the prompts are
     pre-rendered to text here; the env's own prompt is kept for ``score_episode(prompt=...)``.
@@ -369,7 +360,7 @@ def render_prompts_with_tools(dataset, tokenizer: Any, tools: list[dict[str, Any
         return dataset.map(render)
     except Exception as exc:  # noqa: BLE001
         raise GRPOMagicError(
-            f"Rendering the prompts with the tokenizer's chat template and the env's tools failed ({_one_line(exc)}); "
+            f"Rendering the prompts with the tokenizer's chat template and the env's tools failed ({one_line(exc)}); "
             "use a model whose chat template supports tools."
         ) from exc
 

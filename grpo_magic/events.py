@@ -1,6 +1,6 @@
 """One stream of typed run events, and the run log that records every one of them.
 
-Training talks to the outside world only through this stream (DESIGN.md section 4): the run log,
+Training talks to the outside world only through this stream (docs/architecture.md, "The flow"): the run log,
 the notebook dashboard and the terminal progress are all subscribers. Events are plain
 dataclasses that turn into JSON objects with a ``type`` key, so that a run log on disk can be
 read back (as data only, never as code) and replayed.
@@ -21,55 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .redaction import redact
+
 logger = logging.getLogger(__name__)
 
 RUN_LOG_NAME = "events.jsonl"
-
-#: Environment variables that hold access tokens; their values never reach a file we write.
-SECRET_ENV_VARS = (
-    "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_HUB_TOKEN", "HF_API_TOKEN", "WANDB_API_KEY",
-    "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GITHUB_TOKEN", "GH_TOKEN", "COMET_API_KEY", "NEPTUNE_API_TOKEN",
-    "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-)
-#: Names that look like a secret's: a token an env reads from, e.g., MY_TOOL_API_KEY is scrubbed too.
-_SECRET_NAME = re.compile(r"(^|_)(TOKEN|API_KEY|SECRET|SECRET_KEY|ACCESS_KEY|PASSWORD)$", re.IGNORECASE)
-#: Hugging Face access tokens, wherever they come from (a cell, an exception message).
-_HF_TOKEN = re.compile(r"hf_[A-Za-z0-9]{20,}")
-
-
-def _secret_values() -> list[tuple[str, str]]:
-    """(name, value) of every token-like environment variable, longest value first."""
-    found = {
-        name: value for name, value in os.environ.items()
-        if _is_secret_name(name) and len(value.strip()) >= 8
-    }
-    return sorted(found.items(), key=lambda kv: -len(kv[1]))
-
-
-_SECRET_NAMES: dict[str, bool] = {}  # name -> looks like a secret's (values are always read afresh)
-
-
-def _is_secret_name(name: str) -> bool:
-    secret = _SECRET_NAMES.get(name)
-    if secret is None:
-        secret = _SECRET_NAMES[name] = bool(name in SECRET_ENV_VARS or _SECRET_NAME.search(name))
-    return secret
-
-
-def redact(text: str) -> str:
-    """``text`` without access tokens: known token variables' values and ``hf_...`` tokens.
-
-    Read from the environment at each call (a notebook may set ``HF_TOKEN`` after import). Applied
-    to everything we write (run logs, exported modules and commands), since those get shared.
-    """
-    if not isinstance(text, str) or not text:
-        return text
-    for name, value in _secret_values():
-        for form in dict.fromkeys((value, json.dumps(value, ensure_ascii=False)[1:-1])):  # as is, and inside JSON
-            if form in text:
-                text = text.replace(form, f"<{name} redacted>")
-    return _HF_TOKEN.sub("<hf token redacted>", text)
-
 
 @dataclass
 class Event:
@@ -357,3 +313,84 @@ def read_run_log(output_dir: str | os.PathLike[str]) -> Iterator[Event]:
                     yield event_from_dict(data)
                 except ValueError:  # a damaged or foreign line: skipped, as data never runs
                     continue
+
+
+# ---------------------------------------------------------------- one step's groups, read back
+
+_STEP_RE = re.compile(rb'"step":\s*(-?\d+)')
+
+
+class RunLogIndex:
+    """Finds a step's ``group_scored`` lines in the run log without holding them in memory.
+
+    It indexes the file incrementally (two byte offsets per step), so a long run costs one pass
+    over the file however many times the user picks old steps. A resumed run appends a new
+    ``run_started`` to the same log and replays steps from its checkpoint on: the first group
+    after it rewinds the index to that step, so later steps of the earlier attempt are dropped.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._pos = 0
+        self._ranges: dict[int, list[int]] = {}  # step -> [start, end) byte offsets
+        self._rewind = False
+
+    def _update(self) -> None:
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115 - closed below
+        except OSError:
+            return
+        with f:
+            f.seek(self._pos)
+            while True:
+                start = f.tell()
+                line = f.readline()
+                if not line.endswith(b"\n"):  # end of file, or a line still being written
+                    break
+                self._pos = f.tell()
+                if b'"group_scored"' not in line:
+                    if b'"run_started"' in line:
+                        self._rewind = True
+                    continue
+                m = _STEP_RE.search(line, 0, 400)
+                if m is None:
+                    continue
+                step = int(m.group(1))
+                if self._rewind:
+                    self._rewind = False
+                    for old in [s for s in self._ranges if s >= step]:
+                        del self._ranges[old]
+                r = self._ranges.get(step)
+                if r is None:
+                    self._ranges[step] = [start, self._pos]
+                else:
+                    r[1] = self._pos
+
+    def steps(self) -> list[int]:
+        self._update()
+        return sorted(self._ranges)
+
+    def groups(self, step: int) -> list[GroupScored]:
+        self._update()
+        r = self._ranges.get(step)
+        if r is None:
+            return []
+        out: list[GroupScored] = []
+        with open(self.path, "rb") as f:
+            f.seek(r[0])
+            chunk = f.read(r[1] - r[0])
+        for raw in chunk.splitlines():
+            if b'"group_scored"' not in raw:
+                continue
+            try:
+                data = json.loads(raw)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(data, dict) and data.get("type") == "group_scored" and data.get("step") == step:
+                try:
+                    event = event_from_dict(data)
+                except ValueError:  # a damaged line: skipped, like read_run_log does
+                    continue
+                assert isinstance(event, GroupScored)
+                out.append(event)
+        return out

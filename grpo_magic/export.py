@@ -12,8 +12,8 @@ import shlex
 import stat
 from pathlib import Path
 
-from .events import redact
 from .params import GRPOParams
+from .redaction import redact
 
 LAUNCH_NAME = "launch.sh"
 ACCELERATE_CONFIG_NAME = "accelerate_config.yaml"

@@ -25,11 +25,8 @@ helper says so once and uses HF generate.
 
 from __future__ import annotations
 
-import logging
 import threading
 from typing import Any
-
-logger = logging.getLogger(__name__)
 
 #: Tokens that end an assistant turn in the chat templates we know (besides eos and pad).
 END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>")
@@ -193,36 +190,3 @@ class VLLMServerGenerator(EpisodeGenerator):
         output = self._client().generate(prompts=[prompt_ids], n=1, max_tokens=max_new_tokens, logprobs=None,
                                          **sampling)
         return list(output["completion_ids"][0])
-
-
-def generator_for_trainer(trainer: Any, model: Any, tokenizer: Any) -> EpisodeGenerator:
-    """The generator an env gets during training: TRL's vLLM engine when it runs one, else HF generate.
-
-    Sampling follows the run's settings (temperature, top_p, top_k) and ``max_new_tokens`` defaults
-    to ``rl_max_new_tokens``.
-    """
-    args = trainer.args
-    kwargs: dict[str, Any] = {
-        "max_new_tokens": int(getattr(args, "max_completion_length", None) or 128),
-        "temperature": getattr(args, "temperature", None),
-        "top_p": getattr(args, "top_p", None),
-        "top_k": getattr(args, "top_k", None),
-    }
-    if getattr(args, "use_vllm", False):
-        engine = getattr(trainer, "vllm_generation", None)
-        mode = getattr(args, "vllm_mode", "colocate")
-        if mode == "server":
-            client = getattr(engine, "vllm_client", None) or getattr(trainer, "vllm_client", None)
-            base_url = getattr(args, "vllm_server_base_url", None) or (
-                f"http://{getattr(args, 'vllm_server_host', '0.0.0.0')}:{getattr(args, 'vllm_server_port', 8000)}")
-            return VLLMServerGenerator(model, tokenizer, client=client, base_url=base_url, **kwargs)
-        llm = getattr(engine, "llm", None) or getattr(trainer, "llm", None)
-        tp = int(getattr(engine, "tensor_parallel_size", getattr(args, "vllm_tensor_parallel_size", 1)) or 1)
-        sleeping = bool(getattr(engine, "enable_sleep_mode", getattr(args, "vllm_enable_sleep_mode", False)))
-        if llm is not None and tp == 1 and not sleeping:
-            return VLLMColocateGenerator(llm, model, tokenizer, **kwargs)
-        why = ("no engine was found on the trainer" if llm is None else
-               "its generate is a collective call across the tensor-parallel group" if tp > 1 else
-               "sleep mode drops its weights between steps")
-        logger.warning("grpo_magic: episodes continue with HF generate, not the colocated vLLM engine (%s).", why)
-    return HFGenerator(model, tokenizer, **kwargs)

@@ -22,22 +22,18 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .distributed import LAUNCHED_ENV, inside_launch
 from .errors import GRPOMagicError
-from .params import GRPOParams, world_size
+from .params import GRPOParams
+from .preflight import check_launch, server_answers
+from .text import plural
 
 #: Number of GPUs to pretend this machine has (tests and dry runs of cluster plans).
 FAKE_GPUS_ENV = "GRPO_MAGIC_FAKE_GPUS"
-#: Set in the processes the launcher starts, so that they train instead of launching again.
-LAUNCHED_ENV = "GRPO_MAGIC_LAUNCHED"
-#: Seconds ``prepare`` waits for a ``--vllm-server-url`` to answer before saying it does not.
-SERVER_CHECK_TIMEOUT_ENV = "GRPO_MAGIC_VLLM_CHECK_TIMEOUT"
-SERVER_CHECK_TIMEOUT_S = 10.0
 SERVER_LOG_NAME = "vllm-server.log"
 DEFAULT_SERVER_PORT = 8000
 DEFAULT_SERVER_TIMEOUT_S = 900.0
@@ -110,18 +106,17 @@ class LaunchPlan:
 
     def describe(self) -> str:
         """The dry-run text: GPU assignment first, then each command exactly as it would run."""
-        gpus = f"{len(self.gpus)} GPU{'s' if len(self.gpus) != 1 else ''} visible"
+        gpus = f"{plural(len(self.gpus), 'GPU')} visible"
         gpus += f" ({','.join(self.gpus)})" if self.gpus else ""
         lines = [f"grpo-magic: {gpus}"]
+        processes = plural(self.num_processes, "process", "processes")
         if self.server is not None:
             lines.append(f"grpo-magic: vLLM server on GPUs {','.join(self.server_gpus)}, "
                          f"training on GPUs {','.join(self.train_gpus)} ({self.num_processes} processes)")
         elif self.train_gpus:
-            lines.append(f"grpo-magic: training on GPUs {','.join(self.train_gpus)} ({self.num_processes} "
-                         f"process{'es' if self.num_processes != 1 else ''})")
+            lines.append(f"grpo-magic: training on GPUs {','.join(self.train_gpus)} ({processes})")
         else:
-            lines.append(f"grpo-magic: training on CPU ({self.num_processes} "
-                         f"process{'es' if self.num_processes != 1 else ''})")
+            lines.append(f"grpo-magic: training on CPU ({processes})")
         if self.server is not None:
             lines.append(f"1. start the vLLM server (log: {self.server.log}):")
             lines.append(f"   {self.server.shell()}")
@@ -134,11 +129,6 @@ class LaunchPlan:
 
 
 # ---------------------------------------------------------------- where we are
-
-
-def inside_launch() -> bool:
-    """True in a process started by a launcher (ours, accelerate launch or torchrun)."""
-    return bool(os.environ.get(LAUNCHED_ENV)) or "LOCAL_RANK" in os.environ or world_size() > 1
 
 
 def visible_gpus() -> list[str]:
@@ -167,30 +157,6 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(count)]
 
 
-def distributed_overrides() -> dict[str, Any]:
-    """GRPOConfig settings a multi-process run needs here: CPU processes must say so.
-
-    Without ``use_cpu`` accelerate sees no GPU and no CPU request, and every torchrun process
-    trains alone on its own copy (the same prompts, no gradient exchange).
-    """
-    if world_size() <= 1:
-        return {}
-    import torch
-
-    return {} if torch.cuda.is_available() else {"use_cpu": True}
-
-
-def end_distributed() -> None:
-    """Tear down the process group at exit; a live gloo group aborts the interpreter on its way out."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group()
-
-
 # ---------------------------------------------------------------- the plan
 
 
@@ -200,10 +166,6 @@ def _tool(name: str, module: str) -> list[str]:
     if sibling.exists():
         return [str(sibling)]
     return [sys.executable, "-m", module]
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'s' if n != 1 else ''}"
 
 
 def plan_launch(params: GRPOParams, options: LaunchOptions, *, gpus: list[str] | None = None) -> LaunchPlan:
@@ -240,7 +202,7 @@ def plan_launch(params: GRPOParams, options: LaunchOptions, *, gpus: list[str] |
         if s >= len(gpus):
             lower = f"use --vllm-server-gpus {len(gpus) - 1} or fewer, " if len(gpus) > 1 else ""
             raise GRPOMagicError(
-                f"vllm_server_gpus {s} takes every GPU of this machine ({_plural(len(gpus), 'GPU')} visible) and "
+                f"vllm_server_gpus {s} takes every GPU of this machine ({plural(len(gpus), 'GPU')} visible) and "
                 f"leaves none to train on; {lower}use --vllm-mode colocate (vLLM shares the training GPUs), or pass "
                 "--vllm-server-url of a server on another machine."
             )
@@ -253,10 +215,10 @@ def plan_launch(params: GRPOParams, options: LaunchOptions, *, gpus: list[str] |
     if options.num_processes is not None:
         n = options.num_processes
         if available and n > len(available):
-            left = f"left after the {_plural(len(server_gpus), 'GPU')} of the vLLM server" if split else "visible"
+            left = f"left after the {plural(len(server_gpus), 'GPU')} of the vLLM server" if split else "visible"
             verb = "is" if len(available) == 1 else "are"
             raise GRPOMagicError(
-                f"--num-processes {n} needs {_plural(n, 'GPU')} but only {len(available)} {verb} {left}; "
+                f"--num-processes {n} needs {plural(n, 'GPU')} but only {len(available)} {verb} {left}; "
                 f"use --num-processes {len(available)} or fewer."
             )
     else:
@@ -331,53 +293,6 @@ def _in_process_plan(params: GRPOParams, options: LaunchOptions, gpus: list[str]
 # ---------------------------------------------------------------- running a plan
 
 
-def preflight(params: GRPOParams, plan: LaunchPlan) -> None:
-    """Check in the launching process everything the training processes would reject, before starting any."""
-    from .env import prepare_env, resolve_env
-    from .models import load_tokenizer, resolve_model
-    from .run import _check_generation_length, _check_vllm_installed
-
-    child = params.replace(vllm_server_url=plan.server_url) if plan.server_url else params
-    child.validate(processes=plan.num_processes)
-    spec = resolve_env(child)
-    model_path = resolve_model(child.model or "")
-    _check_generation_length(child, model_path)
-    if child.use_vllm:
-        _check_vllm_installed(cuda=bool(plan.gpus))
-    prepare_env(spec, load_tokenizer(model_path))
-
-
-def server_answers(url: str, timeout: float = 5.0) -> bool:
-    """True when a vLLM server (``trl vllm-serve``) answers its health check at ``url``."""
-    base = url.rstrip("/")
-    for path in ("/health", "/health/"):
-        try:
-            with urllib.request.urlopen(base + path, timeout=timeout) as response:  # noqa: S310 - our own URL check
-                if response.status == 200:
-                    return True
-        except (urllib.error.URLError, OSError, ValueError):
-            continue
-    return False
-
-
-def check_server(url: str, timeout: float | None = None) -> None:
-    """Raise a clear ``GRPOMagicError`` unless the vLLM server at ``url`` answers within ``timeout`` seconds."""
-    if timeout is None:
-        timeout = float(os.environ.get(SERVER_CHECK_TIMEOUT_ENV, SERVER_CHECK_TIMEOUT_S))
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        if server_answers(url, timeout=max(0.5, min(5.0, left))):
-            return
-        if time.monotonic() >= deadline:
-            raise GRPOMagicError(
-                f"The vLLM server at {url} does not answer (no reply from {url.rstrip('/')}/health within "
-                f"{timeout:g} s); start it with `trl vllm-serve --model MODEL` on that machine, check the URL, or "
-                "drop --vllm-server-url to let grpo-magic train start one on this machine's GPUs."
-            )
-        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-
-
 def _port_in_use(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
@@ -447,7 +362,7 @@ def execute(plan: LaunchPlan, params: GRPOParams) -> int:
 
     The server is stopped however training ends: success, failure, Ctrl-C or SIGTERM.
     """
-    preflight(params, plan)
+    check_launch(params, processes=plan.num_processes, server_url=plan.server_url, gpus=bool(plan.gpus))
     server: subprocess.Popen | None = None
     trainer: subprocess.Popen | None = None
 
@@ -470,7 +385,7 @@ def execute(plan: LaunchPlan, params: GRPOParams) -> int:
             wait_for_server(plan.server_url, server, plan.server_timeout, plan.server.log)
             print(f"grpo-magic: the vLLM server answers at {plan.server_url}", file=sys.stderr, flush=True)
         where = f"GPUs {','.join(plan.train_gpus)}" if plan.train_gpus else "CPU"
-        processes = f"{plan.num_processes} training process{'es' if plan.num_processes != 1 else ''}"
+        processes = plural(plan.num_processes, "training process", "training processes")
         print(f"grpo-magic: starting {processes} on {where} "
               f"({plan.launcher})", file=sys.stderr, flush=True)
         trainer = subprocess.Popen(plan.train.argv, env={**os.environ, **plan.train.env})

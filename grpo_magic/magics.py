@@ -27,6 +27,7 @@ from .errors import GRPOMagicError
 from .form import TrainForm, module_name_for
 from .params import GRPOParams
 from .run import active_run, in_colab, last_run, train
+from .text import one_line
 
 
 def _train_parser() -> OneLineParser:
@@ -148,8 +149,8 @@ class GrpoMagics(Magics):
         try:
             exec(compile(code, filename, "exec"), self.shell.user_ns)  # noqa: S102 - the user's own cell, their namespace
         except Exception as exc:  # noqa: BLE001
-            first = (str(exc).strip().splitlines() or [""])[0]  # one line, whatever the cell raised
-            raise UsageError(f"The %%grpo_env cell raised {type(exc).__name__}: {first}; fix the cell.") from None
+            raise UsageError(f"The %%grpo_env cell raised {type(exc).__name__}: {one_line(exc, 10_000)}; fix the "
+                             "cell.") from None
         classes = {n: self.shell.user_ns[n] for n in class_names if n in self.shell.user_ns}
         candidates = {n: c for n, c in classes.items() if is_env_class(c)}
         cls = self._pick_class(args.name, classes, candidates)

@@ -13,13 +13,14 @@ import functools
 import json
 import math
 import numbers
-import os
 import shlex
 import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from .distributed import world_size
 from .errors import GRPOMagicError
+from .text import finite, show
 
 #: Form sections, in display order.
 GROUPS = ("Model", "Environment", "GRPO", "Generation", "Optimization", "LoRA", "vLLM", "Output")
@@ -187,15 +188,15 @@ class GRPOParams:
         kind = cls.field_type(name)
         if kind is bool:
             if not isinstance(value, bool):
-                return f"{label} must be true or false, got {_show(value)}."
+                return f"{label} must be true or false, got {show(value)}."
             return None
         if kind in (int, float):
             # Integral/Real, not int/float: numpy numbers are fine; an integral float for an int field is not
             # (it would reach TRL as a float). Huge ints are compared exactly, never turned into floats.
             if isinstance(value, bool) or not isinstance(value, numbers.Integral if kind is int else numbers.Real):
-                return f"{label} must be {'an integer' if kind is int else 'a number'}, got {_show(value)}."
-            if kind is float and not _finite_float(value):  # an int past float range too
-                return f"{label} must be a finite number, got {_show(value)}."
+                return f"{label} must be {'an integer' if kind is int else 'a number'}, got {show(value)}."
+            if kind is float and finite(value) is None:  # an int past float range too
+                return f"{label} must be a finite number, got {show(value)}."
             bounds = [
                 ("ge", lambda v, b: v >= b, "at least"), ("gt", lambda v, b: v > b, "greater than"),
                 ("le", lambda v, b: v <= b, "at most"), ("lt", lambda v, b: v < b, "less than"),
@@ -203,10 +204,10 @@ class GRPOParams:
             for key, ok, words in bounds:
                 if key in meta and not ok(value, meta[key]):
                     why = f"; {meta['why']}" if "why" in meta else ""
-                    return f"{label} must be {words} {meta[key]}, got {_show(value)}{why}."
+                    return f"{label} must be {words} {meta[key]}, got {show(value)}{why}."
             return None
         if not isinstance(value, str):
-            return f"{label} must be a string, got {_show(value)}."
+            return f"{label} must be a string, got {show(value)}."
         if "choices" in meta and value not in meta["choices"]:
             return f"{label} must be one of {', '.join(meta['choices'])}; got {value!r}."
         if meta.get("json_object"):
@@ -280,12 +281,12 @@ class GRPOParams:
 
     def to_command(self, program: str = "grpo-magic train") -> str:
         """The shell command of these params; access tokens (in rl_env_config, say) are redacted."""
-        from .events import redact
+        from .redaction import redact
 
         return redact(" ".join([program, *(shlex.quote(a) for a in self.to_cli_args())]))
 
     def to_grpo_config(self, output_dir: str | None = None, **overrides: Any):
-        """Map to ``trl.GRPOConfig`` (DESIGN.md section 2); ``overrides`` win."""
+        """Map to ``trl.GRPOConfig`` (docs/architecture.md, "Parameters"); ``overrides`` win."""
         from trl import GRPOConfig
 
         from .models import has_cuda, supports_bf16
@@ -326,31 +327,10 @@ class GRPOParams:
         return GRPOConfig(**kwargs)
 
 
-def world_size() -> int:
-    """Processes training together (torchrun and accelerate launch set WORLD_SIZE)."""
-    return max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
-
-
-def _finite_float(value: Any) -> bool:
-    try:
-        return math.isfinite(float(value))
-    except (OverflowError, ValueError, TypeError):
-        return False
-
-
 @functools.cache
 def _type_hints(cls: type) -> dict[str, Any]:
     """``typing.get_type_hints`` once per class: it evaluates every annotation, and validation asks per field."""
     return typing.get_type_hints(cls)
-
-
-def _show(value: Any) -> str:
-    """``repr`` for messages, short even for an absurd value (a 5000-digit int cannot even be printed)."""
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001
-        return f"a {type(value).__name__}"
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _divisibility_message(batch_size: int, accumulation: int, processes: int, n: int) -> str:

@@ -2,7 +2,7 @@
 
 TRL calls reward functions with batches of prompts and completions plus every extra dataset
 column. ``EnvReward`` turns that into one ``score_episode`` call per completion, exactly as
-DESIGN.md section 1 says, and keeps a record of the batch (scores, errors, clipping, latency)
+docs/architecture.md ("The environment interface") says, and keeps a record of the batch (scores, errors, clipping, latency)
 that the trainer turns into events once TRL has computed the advantages.
 """
 
@@ -23,7 +23,8 @@ from typing import Any
 
 from .env import ENV_PROMPT_COLUMN, episode_parameters, prompt_text
 from .errors import GRPOMagicError
-from .events import redact
+from .redaction import redact
+from .text import safe_text
 
 #: Keyword arguments TRL adds to every reward call that are not dataset columns.
 TRL_EXTRA_KWARGS = ("trainer_state", "log_extra", "log_metric", "environments", "completion_ids")
@@ -74,14 +75,6 @@ def _error(kind: str, message: str, tb: str = "") -> dict[str, Any]:
     return {"kind": kind, "message": redact(message), "traceback": redact(tb)}
 
 
-def _safe_text(value: Any, how: Callable[[Any], str] = repr) -> str:
-    """``repr``/``str`` of anything an env hands us, even an object whose ``__repr__`` raises."""
-    try:
-        return how(value)
-    except Exception:  # noqa: BLE001 - a broken __repr__ must not turn into a lost step
-        return f"<{type(value).__name__} object>"
-
-
 def normalize_score(value: Any) -> EpisodeOutcome:
     """A finite number in [0, 1]; out of range is clipped; anything else is an episode error."""
     if value is None:
@@ -91,8 +84,8 @@ def normalize_score(value: Any) -> EpisodeOutcome:
         try:
             score = float(value)
         except Exception:  # noqa: BLE001 - an int too large for a float, a broken __float__
-            return EpisodeOutcome(None, raw=_safe_text(value)[:200], error=_error(
-                "not a number", f"score_episode returned {_safe_text(value)[:80]}, which is not a finite float; "
+            return EpisodeOutcome(None, raw=safe_text(value)[:200], error=_error(
+                "not a number", f"score_episode returned {safe_text(value)[:80]}, which is not a finite float; "
                 "return a float between 0 and 1."))
         if math.isnan(score):
             return EpisodeOutcome(None, raw=score, error=_error(
@@ -108,13 +101,13 @@ def normalize_score(value: Any) -> EpisodeOutcome:
         hint = " (use .item() to get a float)" if hasattr(value, "item") else ""
     except Exception:  # noqa: BLE001 - a __getattr__ that raises something else than AttributeError
         hint = ""
-    return EpisodeOutcome(None, raw=_safe_text(value)[:200], error=_error(
+    return EpisodeOutcome(None, raw=safe_text(value)[:200], error=_error(
         "not a number", f"score_episode returned a {name}, not a number{hint}; return a float between 0 and 1."))
 
 
 def _exception_outcome(exc: BaseException, latency: float) -> EpisodeOutcome:
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    message = f"{type(exc).__name__}: {_safe_text(exc, str)}"
+    message = f"{type(exc).__name__}: {safe_text(exc, str)}"
     return EpisodeOutcome(None, error=_error(type(exc).__name__, message, tb), latency_s=latency)
 
 

@@ -8,7 +8,6 @@ subscriber, so ``run.history``/``run.groups`` and the run log always agree.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -17,7 +16,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from .env import PreparedEnv, prepare_env, resolve_env
+from .distributed import distributed_overrides, is_main_process
+from .env import PreparedEnv
 from .errors import GRPOMagicError
 from .events import (
     RUN_LOG_NAME,
@@ -33,6 +33,7 @@ from .events import (
     read_run_log,
 )
 from .params import GRPOParams
+from .preflight import prepare
 from .reward import BatchRecord, EnvErrorRateExceeded, EnvReward
 
 FINAL_STATUSES = ("completed", "stopped", "failed")
@@ -42,11 +43,6 @@ MAX_ERRORS_IN_MEMORY = 1000
 _ACTIVE: GRPORun | None = None
 _LAST: GRPORun | None = None
 _ACTIVE_LOCK = threading.Lock()
-
-
-def is_main_process() -> bool:
-    """Only rank 0 writes the run log and shows progress under torchrun / accelerate launch."""
-    return int(os.environ.get("RANK", "0") or 0) == 0
 
 
 def in_colab() -> bool:
@@ -175,58 +171,6 @@ class GRPORun:
             self.saved = list(event.saved)
 
 
-# ---------------------------------------------------------------- checks before any model loads
-
-
-def _check_generation_length(params: GRPOParams, model_path: str) -> None:
-    from .models import model_context_length
-
-    context = model_context_length(model_path)
-    if context and params.rl_max_new_tokens >= context:
-        raise GRPOMagicError(
-            f"rl_max_new_tokens {params.rl_max_new_tokens} does not fit the model's context of {context} tokens "
-            f"(prompt included); use --rl-max-new-tokens below {context}, e.g. {max(1, context // 4)}."
-        )
-
-
-def _check_vllm(params: GRPOParams) -> None:
-    if not params.use_vllm:
-        return
-    if params.vllm_mode == "server" and params.vllm_server_url:
-        from .launch import check_server
-
-        check_server(params.vllm_server_url)  # the server the user named must answer before any model loads
-    _check_vllm_installed()
-
-
-def _check_vllm_installed(cuda: bool = True) -> None:
-    import importlib.util
-
-    if importlib.util.find_spec("vllm") is None:
-        raise GRPOMagicError(
-            "--use-vllm needs the vllm package, which is not installed; pip install 'grpo-magic[vllm]' "
-            "on a GPU machine, or drop --use-vllm."
-        )
-    import torch
-
-    if cuda and not torch.cuda.is_available():
-        raise GRPOMagicError("--use-vllm needs a CUDA GPU and none is visible here; drop --use-vllm to train without it.")
-
-
-def prepare(params: GRPOParams, env: Any = None) -> tuple[GRPOParams, PreparedEnv, str, Any]:
-    """Validate everything cheap: params, env, model path, tokenizer, dataset and tools."""
-    from .models import load_tokenizer, resolve_model
-
-    params.validate()
-    spec = resolve_env(params, env)
-    model_path = resolve_model(params.model)  # type: ignore[arg-type]
-    _check_generation_length(params, model_path)
-    _check_vllm(params)
-    tokenizer = load_tokenizer(model_path)
-    prepared = prepare_env(spec, tokenizer)
-    return params, prepared, model_path, tokenizer
-
-
 # ---------------------------------------------------------------- the run itself
 
 
@@ -284,10 +228,8 @@ def _quiet_libraries() -> None:
 
 def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path: str, tokenizer: Any,
              trainer_callbacks: list[Any], checkpoint: str | None) -> None:
-    from .generation import generator_for_trainer
-    from .launch import distributed_overrides
     from .models import load_model, lora_config
-    from .trainer import drop_console_callbacks, events_callback, trainer_class
+    from .trainer import drop_console_callbacks, events_callback, generator_for_trainer, trainer_class
 
     trainer = None
     reward: EnvReward | None = None
@@ -326,7 +268,7 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
             args=config,
             train_dataset=prepared.dataset,
             processing_class=tokenizer,
-            peft_config=lora_config(params.lora_r, params.lora_alpha, model) if params.peft else None,
+            peft_config=lora_config(params.lora_r, params.lora_alpha) if params.peft else None,
             callbacks=[callback, *trainer_callbacks],
         )
         drop_console_callbacks(trainer)

@@ -1,24 +1,53 @@
-"""TRL's GRPOTrainer, configured and observed: the only module that touches the trainer.
+"""The TRL adapter: the only module that touches GRPOTrainer's internals (docs/architecture.md, "TRL").
 
 We never re-implement generation, the loss or the advantages. A thin subclass reads the
 advantages TRL computed for each generation batch (the ``advantages`` entry of what
 ``_generate_and_score_completions`` returns, the very tensor the loss uses), pairs them with the
 reward adapter's record of that batch, and hands both to an ``on_scored`` hook; a
-``TrainerCallback`` turns TRL's logs into step events and carries Stop requests in.
+``TrainerCallback`` turns TRL's logs into step events and carries Stop requests in;
+``vllm_engine`` reads which vLLM engine TRL runs, for episodes that continue a conversation.
+
+Each private thing used here is listed in ``TRL_INTERNALS`` and checked when the adapter is first
+built (``check_trl``), so that a TRL release that renamed one fails at once with one sentence,
+not with an AttributeError in the middle of a run.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from .errors import GRPOMagicError
+from .generation import EpisodeGenerator, HFGenerator, VLLMColocateGenerator, VLLMServerGenerator
 from .reward import BatchRecord, EnvErrorRateExceeded, EnvReward
 
 #: (record, advantages) of each process, in process order.
 ScoredHook = Callable[[list[tuple[BatchRecord, list[float]]], int], None]
 
+_log = logging.getLogger(__name__)
+
 _TRAINER_CLASS: type | None = None
+
+#: What we use of TRL that is not its documented API: (owner, attribute, what we do with it).
+TRL_INTERNALS = (
+    ("GRPOTrainer", "_generate_and_score_completions", "overridden to read the advantages each batch trains on"),
+)
+
+
+def check_trl() -> None:
+    """Raise one clear sentence when the installed TRL lacks something the adapter overrides or reads."""
+    import trl
+
+    owners = {"GRPOTrainer": trl.GRPOTrainer, "GRPOConfig": trl.GRPOConfig}
+    for owner, name, why in TRL_INTERNALS:
+        if not hasattr(owners[owner], name):
+            raise GRPOMagicError(
+                f"The installed TRL {trl.__version__} has no {owner}.{name}, which grpo_magic {why}; "
+                "install a TRL release grpo_magic supports (pip install 'trl>=1.16,<2')."
+            )
 
 
 def trainer_class() -> type:
@@ -28,6 +57,8 @@ def trainer_class() -> type:
         return _TRAINER_CLASS
     from accelerate.utils import gather_object
     from trl import GRPOTrainer
+
+    check_trl()
 
     class ObservedGRPOTrainer(GRPOTrainer):
         """GRPOTrainer that reports each scored batch with the advantages it trains on."""
@@ -106,3 +137,66 @@ def drop_console_callbacks(trainer: Any) -> None:
         trainer.remove_callback(NotebookProgressCallback)
     except ImportError:  # pragma: no cover - transformers without notebook support
         pass
+
+
+@dataclass
+class VLLMEngine:
+    """The vLLM engine TRL generates with, as the episode generator needs it."""
+
+    mode: str  # "colocate" or "server"
+    llm: Any = None  # colocate: TRL's in-process vllm.LLM
+    client: Any = None  # server: TRL's VLLMClient (main process only)
+    base_url: str | None = None
+    tensor_parallel_size: int = 1
+    sleep_mode: bool = False
+
+
+def vllm_engine(trainer: Any) -> VLLMEngine | None:
+    """Which vLLM engine the trainer runs (None without vLLM); read from TRL's attributes.
+
+    TRL keeps the engine on ``trainer.vllm_generation`` (``llm`` in colocate mode, ``vllm_client``
+    in server mode; older releases kept them on the trainer itself).
+    """
+    args = trainer.args
+    if not getattr(args, "use_vllm", False):
+        return None
+    engine = getattr(trainer, "vllm_generation", None)
+    if getattr(args, "vllm_mode", "colocate") == "server":
+        client = getattr(engine, "vllm_client", None) or getattr(trainer, "vllm_client", None)
+        base_url = getattr(args, "vllm_server_base_url", None) or (
+            f"http://{getattr(args, 'vllm_server_host', '0.0.0.0')}:{getattr(args, 'vllm_server_port', 8000)}")
+        return VLLMEngine(mode="server", client=client, base_url=base_url)
+    return VLLMEngine(
+        mode="colocate",
+        llm=getattr(engine, "llm", None) or getattr(trainer, "llm", None),
+        tensor_parallel_size=int(getattr(engine, "tensor_parallel_size", getattr(args, "vllm_tensor_parallel_size", 1))
+                                 or 1),
+        sleep_mode=bool(getattr(engine, "enable_sleep_mode", getattr(args, "vllm_enable_sleep_mode", False))),
+    )
+
+
+def generator_for_trainer(trainer: Any, model: Any, tokenizer: Any) -> EpisodeGenerator:
+    """The generator an env gets during training: TRL's vLLM engine when it runs one, else HF generate.
+
+    Sampling follows the run's settings (temperature, top_p, top_k) and ``max_new_tokens`` defaults
+    to ``rl_max_new_tokens``. What TRL runs is read by ``vllm_engine``.
+    """
+    args = trainer.args
+    kwargs: dict[str, Any] = {
+        "max_new_tokens": int(getattr(args, "max_completion_length", None) or 128),
+        "temperature": getattr(args, "temperature", None),
+        "top_p": getattr(args, "top_p", None),
+        "top_k": getattr(args, "top_k", None),
+    }
+    engine = vllm_engine(trainer)
+    if engine is None:
+        return HFGenerator(model, tokenizer, **kwargs)
+    if engine.mode == "server":
+        return VLLMServerGenerator(model, tokenizer, client=engine.client, base_url=engine.base_url, **kwargs)
+    if engine.llm is not None and engine.tensor_parallel_size == 1 and not engine.sleep_mode:
+        return VLLMColocateGenerator(engine.llm, model, tokenizer, **kwargs)
+    why = ("no engine was found on the trainer" if engine.llm is None else
+           "its generate is a collective call across the tensor-parallel group" if engine.tensor_parallel_size > 1 else
+           "sleep mode drops its weights between steps")
+    _log.warning("grpo_magic: episodes continue with HF generate, not the colocated vLLM engine (%s).", why)
+    return HFGenerator(model, tokenizer, **kwargs)

@@ -264,7 +264,7 @@ def test_any_params_validate_or_raise_grpo_magic_error_and_nothing_else(values):
 def test_preparing_a_run_with_any_params_raises_only_grpo_magic_error(values, in_tmp, monkeypatch):
     """Past validation: env, model path, context, vLLM checks and the dataset, still before any model loads."""
     from grpo_magic import models
-    from grpo_magic.run import prepare
+    from grpo_magic.preflight import prepare
 
     monkeypatch.setenv("GRPO_MAGIC_VLLM_CHECK_TIMEOUT", "0.5")
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model loaded while preparing"))

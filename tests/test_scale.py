@@ -32,9 +32,9 @@ from grpo_magic.generation import (
     PromptTooLong,
     VLLMColocateGenerator,
     VLLMServerGenerator,
-    generator_for_trainer,
 )
 from grpo_magic.launch import Command, LaunchOptions, LaunchPlan, execute, plan_launch
+from grpo_magic.trainer import generator_for_trainer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -296,7 +296,7 @@ def test_a_server_url_that_answers_passes_the_check(in_tmp, tmp_path):
     (tmp_path / "server.py").write_text(FAKE_SERVER)
     server = subprocess.Popen([sys.executable, str(tmp_path / "server.py"), str(port)], stdout=subprocess.DEVNULL)
     try:
-        from grpo_magic.launch import check_server
+        from grpo_magic.preflight import check_server
 
         check_server(f"http://127.0.0.1:{port}", timeout=20)
         with pytest.raises(GRPOMagicError, match="vllm package"):  # the next check: vLLM itself is not here

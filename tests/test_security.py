@@ -11,7 +11,8 @@ from datasets import Dataset
 import grpo_magic
 import grpo_magic.magics
 from grpo_magic import GRPOMagicError, GRPOParams, read_run_log, train
-from grpo_magic.events import RunStarted, StepLogged, redact
+from grpo_magic.events import RunStarted, StepLogged
+from grpo_magic.redaction import redact
 
 FAKE_HF = "hf_FAKE123abcdefghijklmnopqrstuvwxyz"
 FAKE_WANDB = "wandb-fake-0123456789abcdef"

@@ -1,0 +1,112 @@
+"""Everything checked before a model loads: params, env, dataset, generation length, vLLM, servers.
+
+A mistake must cost seconds, not a failed run (docs/architecture.md, "Errors"): the runner
+(``train``), the pre-flight check (``check_env``) and the launcher (before it starts any process)
+all call ``prepare`` here, so that every surface rejects the same inputs with the same sentence.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from .env import PreparedEnv, prepare_env, resolve_env
+from .errors import GRPOMagicError
+from .params import GRPOParams
+
+#: Seconds ``prepare`` waits for a ``--vllm-server-url`` to answer before saying it does not.
+SERVER_CHECK_TIMEOUT_ENV = "GRPO_MAGIC_VLLM_CHECK_TIMEOUT"
+SERVER_CHECK_TIMEOUT_S = 10.0
+
+
+def prepare(
+    params: GRPOParams,
+    env: Any = None,
+    *,
+    processes: int | None = None,
+    check_server_url: bool = True,
+    cuda_required: bool = True,
+) -> tuple[GRPOParams, PreparedEnv, str, Any]:
+    """Validate everything cheap: params, env, model path, tokenizer, dataset and tools.
+
+    Returns ``(params, prepared env, model path, tokenizer)``. ``processes``: how many processes
+    will train (default: this one's world size). The launcher passes ``check_server_url=False``
+    (it starts the server itself) and ``cuda_required`` from its own view of the GPUs.
+    """
+    from .models import load_tokenizer, resolve_model
+
+    params.validate(processes)
+    spec = resolve_env(params, env)
+    model_path = resolve_model(params.model)  # type: ignore[arg-type]
+    check_generation_length(params, model_path)
+    if params.use_vllm:
+        if check_server_url and params.vllm_mode == "server" and params.vllm_server_url:
+            check_server(params.vllm_server_url)  # the server the user named must answer before any model loads
+        check_vllm_installed(cuda=cuda_required)
+    tokenizer = load_tokenizer(model_path)
+    prepared = prepare_env(spec, tokenizer)
+    return params, prepared, model_path, tokenizer
+
+
+def check_launch(params: GRPOParams, *, processes: int, server_url: str | None, gpus: bool) -> None:
+    """What the launched training processes would reject, checked once in the launching process."""
+    child = params.replace(vllm_server_url=server_url) if server_url else params
+    prepare(child, processes=processes, check_server_url=False, cuda_required=gpus)
+
+
+def check_generation_length(params: GRPOParams, model_path: str) -> None:
+    from .models import model_context_length
+
+    context = model_context_length(model_path)
+    if context and params.rl_max_new_tokens >= context:
+        raise GRPOMagicError(
+            f"rl_max_new_tokens {params.rl_max_new_tokens} does not fit the model's context of {context} tokens "
+            f"(prompt included); use --rl-max-new-tokens below {context}, e.g. {max(1, context // 4)}."
+        )
+
+
+def check_vllm_installed(cuda: bool = True) -> None:
+    if importlib.util.find_spec("vllm") is None:
+        raise GRPOMagicError(
+            "--use-vllm needs the vllm package, which is not installed; pip install 'grpo-magic[vllm]' "
+            "on a GPU machine, or drop --use-vllm."
+        )
+    import torch
+
+    if cuda and not torch.cuda.is_available():
+        raise GRPOMagicError("--use-vllm needs a CUDA GPU and none is visible here; drop --use-vllm to train without it.")
+
+
+def server_answers(url: str, timeout: float = 5.0) -> bool:
+    """True when a vLLM server (``trl vllm-serve``) answers its health check at ``url``."""
+    base = url.rstrip("/")
+    for path in ("/health", "/health/"):
+        try:
+            with urllib.request.urlopen(base + path, timeout=timeout) as response:  # noqa: S310 - our own URL check
+                if response.status == 200:
+                    return True
+        except (urllib.error.URLError, OSError, ValueError):
+            continue
+    return False
+
+
+def check_server(url: str, timeout: float | None = None) -> None:
+    """Raise a clear ``GRPOMagicError`` unless the vLLM server at ``url`` answers within ``timeout`` seconds."""
+    if timeout is None:
+        timeout = float(os.environ.get(SERVER_CHECK_TIMEOUT_ENV, SERVER_CHECK_TIMEOUT_S))
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if server_answers(url, timeout=max(0.5, min(5.0, left))):
+            return
+        if time.monotonic() >= deadline:
+            raise GRPOMagicError(
+                f"The vLLM server at {url} does not answer (no reply from {url.rstrip('/')}/health within "
+                f"{timeout:g} s); start it with `trl vllm-serve --model MODEL` on that machine, check the URL, or "
+                "drop --vllm-server-url to let grpo-magic train start one on this machine's GPUs."
+            )
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
