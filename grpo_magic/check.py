@@ -25,7 +25,8 @@ from typing import Any
 from .env import ENV_PROMPT_COLUMN, prompt_text
 from .errors import GRPOMagicError
 from .params import GRPOParams
-from .reward import EnvReward, EpisodeOutcome
+from .reward import EnvReward
+from .scores import EpisodeOutcome
 
 #: A degenerate reply scoring at least this much means the reward pays for no work.
 DEGENERATE_LIMIT = 0.5
