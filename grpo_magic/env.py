@@ -9,6 +9,7 @@ is reported as one ``GRPOMagicError`` sentence that names the thing and the fix.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import inspect
 import os
@@ -17,6 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from .agent import EPISODE_KWARGS, AgentSpec, agent_spec, is_agent_env
 from .errors import GRPOMagicError
 from .params import GRPOParams
 from .text import one_line
@@ -50,6 +52,13 @@ class EnvSpec:
         """A fresh instance (or the given one); constructor problems become one clear sentence."""
         if self.instance is not None:
             return self.instance
+        assert self.cls is not None
+        return instantiate(self.cls, self.config)
+
+    def fresh_env(self) -> Any:
+        """A new instance for one rollout of an agent env (a copy of a given instance)."""
+        if self.instance is not None:
+            return copy.deepcopy(self.instance)
         assert self.cls is not None
         return instantiate(self.cls, self.config)
 
@@ -330,10 +339,10 @@ def episode_parameters(env: Any) -> tuple[set[str], bool, list[str]]:
     return names, var_kw, required
 
 
-def check_episode_signature(env: Any, columns: list[str]) -> None:
-    """Every required ``score_episode`` argument must be a dataset column (or ``prompt``)."""
+def check_episode_signature(env: Any, columns: list[str], provided: tuple[str, ...] = ()) -> None:
+    """Every required ``score_episode`` argument must be a dataset column (or ``prompt``, or ``provided``)."""
     _, _, required = episode_parameters(env)
-    missing = [name for name in required if name not in columns and name not in PROVIDED_KWARGS]
+    missing = [name for name in required if name not in columns and name not in (*PROVIDED_KWARGS, *provided)]
     if missing:
         raise GRPOMagicError(
             f"{_where(env, 'score_episode')} needs {missing[0]!r}, but the dataset from build_dataset has no such "
@@ -376,20 +385,38 @@ def prompt_text(prompt: Any) -> str:
 
 @dataclass
 class PreparedEnv:
-    """An instantiated, validated environment with its dataset ready for TRL."""
+    """An instantiated, validated environment with its dataset ready for TRL.
+
+    ``agent`` is set for an agent env (one with ``reset``): TRL runs its episodes through its tool loop
+    with ``agent.factory`` as ``environment_factory`` (docs/architecture.md, "Agent episodes").
+    """
 
     spec: EnvSpec
     env: Any
     dataset: Any
     tools: list[dict[str, Any]]
+    agent: AgentSpec | None = None
 
 
 def prepare_env(spec: EnvSpec, tokenizer: Any) -> PreparedEnv:
     """Instantiate and validate the env and build its dataset: everything before the model loads."""
     env = spec.instantiate()
     check_interface(env, spec.name)
+    if is_agent_env(env):
+        agent = agent_spec(env, spec.fresh_env, check_tools(env))
+        dataset = build_and_check_dataset(env, tokenizer)
+        check_episode_signature(env, list(dataset.column_names), EPISODE_KWARGS)
+        return PreparedEnv(spec=spec, env=env, dataset=as_chat_prompts(dataset), tools=agent.schemas, agent=agent)
     tools = check_tools(env)
     dataset = build_and_check_dataset(env, tokenizer)
     check_episode_signature(env, list(dataset.column_names))
     dataset = render_prompts_with_tools(dataset, tokenizer, tools)
     return PreparedEnv(spec=spec, env=env, dataset=dataset, tools=tools)
+
+
+def as_chat_prompts(dataset):
+    """TRL's tool loop needs chat prompts: a string prompt becomes the user message."""
+    if all(isinstance(p, list) for p in dataset["prompt"]):
+        return dataset
+    return dataset.map(lambda row: {"prompt": [{"role": "user", "content": row["prompt"]}]
+                                    if isinstance(row["prompt"], str) else row["prompt"]})

@@ -91,6 +91,9 @@ class GroupScored(Event):
     clipped: list[bool]
     raw_scores: list[Any] = field(default_factory=list)
     latency_s: list[float] = field(default_factory=list)
+    #: Agent envs: per completion, the episode's turns after the prompt (assistant text and tool calls, tool
+    #: results); empty for single-turn envs, whose completion is the whole episode.
+    transcripts: list[list[dict[str, Any]]] = field(default_factory=list)
 
     @property
     def mean(self) -> float | None:

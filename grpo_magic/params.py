@@ -70,6 +70,10 @@ class GRPOParams:
         None, "Seconds after which an episode is abandoned and counted as an error (empty: no limit).",
         "Environment", gt=0,
     )
+    rl_max_tool_turns: int = _p(
+        5, "Agent envs: most tool-calling rounds per episode (max_tool_calling_iterations in GRPOConfig).",
+        "Environment", ge=1, why="an agent episode needs at least one round of tool calls",
+    )
     rl_max_error_rate: float = _p(
         0.5, "Share of a step's episodes that may fail before the run stops (1 never stops).", "Environment",
         ge=0, le=1,
@@ -301,6 +305,7 @@ class GRPOParams:
             beta=self.rl_kl_coef,
             epsilon=self.rl_clip_range,
             loss_type=self.rl_loss_type,
+            max_tool_calling_iterations=self.rl_max_tool_turns,
             use_vllm=self.use_vllm,
             vllm_mode=self.vllm_mode,
             vllm_gpu_memory_utilization=self.vllm_gpu_memory_utilization,

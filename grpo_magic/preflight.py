@@ -49,7 +49,21 @@ def prepare(
         check_vllm_installed(cuda=cuda_required)
     tokenizer = load_tokenizer(model_path)
     prepared = prepare_env(spec, tokenizer)
+    if prepared.agent is not None:
+        check_tool_template(tokenizer, params.model or model_path, prepared.spec.name)
     return params, prepared, model_path, tokenizer
+
+
+def check_tool_template(tokenizer: Any, model: str, env_name: str) -> None:
+    """An agent env needs a chat template that renders tool calls and results (TRL checks it too, later)."""
+    from trl.chat_template_utils import supports_tool_calling
+
+    if not supports_tool_calling(tokenizer):
+        raise GRPOMagicError(
+            f"{env_name} is an agent env (it has reset and tools), but the chat template of model {model!r} cannot "
+            "render tool calls and tool results; use a model whose template supports tools (e.g. Qwen2.5 Instruct, "
+            "or --model tiny-agent offline)."
+        )
 
 
 def check_launch(params: GRPOParams, *, processes: int, server_url: str | None, gpus: bool) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .agent import last_assistant_text, tool_calls_of, transcript
 from .env import ENV_PROMPT_COLUMN, episode_parameters, prompt_text
 from .episodes import EpisodeRunner
 from .errors import GRPOMagicError
@@ -37,6 +38,8 @@ class BatchRecord:
     prompts: list[str]
     completions: list[str]
     outcomes: list[EpisodeOutcome] = field(default_factory=list)
+    #: Agent envs: per completion, the episode's turns (``agent.transcript``); empty for single-turn envs.
+    transcripts: list[list[dict[str, Any]]] = field(default_factory=list)
     #: The error-rate failure of this batch, when the trainer raises it on every process at once.
     failure: str | None = None
 
@@ -106,12 +109,16 @@ class EnvReward:
         step = (state.global_step + 1) if state is not None else self._calls
         columns = {k: v for k, v in kwargs.items() if k not in TRL_EXTRA_KWARGS}
         env_prompts = columns.pop(ENV_PROMPT_COLUMN, None) or prompts
-        texts = [completion_text(c) for c in completions]
-        calls = [self._episode_kwargs(env_prompts[i], {k: v[i] for k, v in columns.items()}) for i in range(len(texts))]
-
-        outcomes = self.score_batch(texts, calls)
-        record = BatchRecord(step=step, prompts=[prompt_text(p) for p in env_prompts], completions=texts,
-                             outcomes=outcomes)
+        rows = [{k: v[i] for k, v in columns.items()} for i in range(len(completions))]
+        environments = kwargs.get("environments")
+        if environments is not None:  # an agent env: TRL ran each episode on its own instance
+            record = self._agent_batch(step, env_prompts, completions, rows, environments)
+        else:
+            texts = [completion_text(c) for c in completions]
+            calls = [self._episode_kwargs(env_prompts[i], rows[i]) for i in range(len(texts))]
+            record = BatchRecord(step=step, prompts=[prompt_text(p) for p in env_prompts], completions=texts,
+                                 outcomes=self.score_batch(texts, calls))
+        outcomes = record.outcomes
         self.last_batch = record
         errors = sum(o.error is not None for o in outcomes)
         clipped = sum(o.clipped for o in outcomes)
@@ -122,6 +129,9 @@ class EnvReward:
             log_metric("env/error_rate", errors / len(outcomes))
             log_metric("env/clipped_rate", clipped / len(outcomes))
             log_metric("env/latency_s", sum(o.latency_s for o in outcomes) / len(outcomes))
+            if record.transcripts:
+                failures = sum(1 for t in record.transcripts for turn in t if turn.get("error"))
+                log_metric("env/tool_errors", failures / len(outcomes))
         if self.on_batch is not None:
             self.on_batch(record)
         if outcomes and errors / len(outcomes) > self.max_error_rate:
@@ -135,6 +145,27 @@ class EnvReward:
                 raise EnvErrorRateExceeded(message)
             record.failure = message
         return [o.score for o in outcomes]
+
+    def _agent_batch(self, step: int, prompts: list[Any], completions: list[Any], rows: list[dict[str, Any]],
+                     environments: list[Any]) -> BatchRecord:
+        """Score each agent episode once, on the env instance that ran it (docs/architecture.md, "Agent episodes")."""
+        turns = [c if isinstance(c, list) else [{"role": "assistant", "content": completion_text(c)}]
+                 for c in completions]
+        texts = [last_assistant_text(t) for t in turns]
+        calls = []
+        for i, episode_turns in enumerate(turns):
+            kwargs = self._episode_kwargs(prompts[i], rows[i])
+            if "messages" in self._names or self._var_kw:
+                kwargs["messages"] = [*(prompts[i] if isinstance(prompts[i], list) else []), *episode_turns]
+            if "tool_calls" in self._names or self._var_kw:
+                kwargs["tool_calls"] = tool_calls_of(episode_turns)
+            calls.append(kwargs)
+        envs = [getattr(e, "_env", e) for e in environments]
+        return BatchRecord(
+            step=step, prompts=[prompt_text(p) for p in prompts], completions=texts,
+            outcomes=self.score_batch(texts, calls, envs),
+            transcripts=[transcript(t, getattr(e, "_calls", None)) for t, e in zip(turns, environments, strict=True)],
+        )
 
     def _episode_kwargs(self, prompt: Any, row: dict[str, Any]) -> dict[str, Any]:
         row = {"prompt": prompt, **row}
@@ -152,11 +183,16 @@ class EnvReward:
 
     # ------------------------------------------------------------ running episodes
 
-    def score_batch(self, completions: list[str], kwargs_list: list[dict[str, Any]]) -> list[EpisodeOutcome]:
-        """Run every episode of a batch with the policy in eval mode; one outcome per completion."""
-        score, model, tokenizer = self.env.score_episode, self.model, self.tokenizer
+    def score_batch(self, completions: list[str], kwargs_list: list[dict[str, Any]],
+                    envs: list[Any] | None = None) -> list[EpisodeOutcome]:
+        """Run every episode of a batch with the policy in eval mode; one outcome per completion.
+
+        ``envs``: the env instance of each episode (agent envs); default: this adapter's env for all.
+        """
+        model, tokenizer = self.model, self.tokenizer
+        envs = envs if envs is not None else [self.env] * len(completions)
         episodes = [
-            (lambda c=c, kw=kw: score(model, tokenizer, c, **kw))
-            for c, kw in zip(completions, kwargs_list, strict=True)
+            (lambda e=e, c=c, kw=kw: e.score_episode(model, tokenizer, c, **kw))
+            for e, c, kw in zip(envs, completions, kwargs_list, strict=True)
         ]
         return self.runner.run(episodes, is_async=self.is_async, model=model)

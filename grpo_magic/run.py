@@ -158,7 +158,7 @@ class GRPORun:
             self.groups.append({
                 "step": event.step, "group": event.group, "prompt": event.prompt,
                 "completions": event.completions, "scores": event.scores, "advantages": event.advantages,
-                "errors": event.errors, "clipped": event.clipped,
+                "errors": event.errors, "clipped": event.clipped, "transcripts": event.transcripts,
             })
         elif isinstance(event, EpisodeError):
             self.error_count += 1
@@ -180,12 +180,16 @@ def _emit_scored(run: GRPORun, payloads: list[tuple[BatchRecord, list[float]]], 
     completions: list[str] = []
     outcomes = []
     advantages: list[float] = []
+    transcripts: list[list[dict[str, Any]]] = []
     step = payloads[0][0].step if payloads else run.step + 1
     for record, adv in payloads:
         prompts += record.prompts
         completions += record.completions
         outcomes += record.outcomes
         advantages += adv[: len(record.outcomes)]
+        transcripts += record.transcripts or [[] for _ in record.outcomes]
+    if not any(transcripts):
+        transcripts = []
     for index, outcome in enumerate(outcomes):
         if outcome.error is not None:
             run.events.emit(EpisodeError(step=step, index=index, kind=outcome.error["kind"],
@@ -197,7 +201,7 @@ def _emit_scored(run: GRPORun, payloads: list[tuple[BatchRecord, list[float]]], 
             step=step, group=g, prompt=prompts[sl.start], completions=completions[sl],
             scores=[o.score for o in group], advantages=advantages[sl], errors=[o.error for o in group],
             clipped=[o.clipped for o in group], raw_scores=[o.raw for o in group],
-            latency_s=[round(o.latency_s, 6) for o in group],
+            latency_s=[round(o.latency_s, 6) for o in group], transcripts=transcripts[sl] if transcripts else [],
         ))
 
 
@@ -229,7 +233,7 @@ def _quiet_libraries() -> None:
 def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path: str, tokenizer: Any,
              trainer_callbacks: list[Any], checkpoint: str | None) -> None:
     from .models import load_model, lora_config
-    from .trainer import drop_console_callbacks, events_callback, generator_for_trainer, trainer_class
+    from .trainer import build_trainer, events_callback
 
     trainer = None
     reward: EnvReward | None = None
@@ -262,21 +266,11 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         reward = EnvReward(prepared.env, workers=params.rl_env_workers, timeout=params.rl_episode_timeout,
                            max_error_rate=params.rl_max_error_rate)
         callback = events_callback(on_log=on_log, on_train_begin=on_train_begin, should_stop=lambda: run.stop_requested)
-        trainer = trainer_class()(
-            model=model,
-            reward_funcs=[reward],
-            args=config,
-            train_dataset=prepared.dataset,
-            processing_class=tokenizer,
-            peft_config=lora_config(params.lora_r, params.lora_alpha) if params.peft else None,
-            callbacks=[callback, *trainer_callbacks],
+        trainer = build_trainer(
+            model=model, tokenizer=tokenizer, reward=reward, config=config, dataset=prepared.dataset,
+            agent=prepared.agent, peft_config=lora_config(params.lora_r, params.lora_alpha) if params.peft else None,
+            callbacks=[callback, *trainer_callbacks], on_scored=on_scored,
         )
-        drop_console_callbacks(trainer)
-        trainer.grpo_magic_reward = reward
-        trainer.grpo_magic_on_scored = on_scored
-        reward.defer_failure = trainer.accelerator.num_processes > 1
-        policy = trainer.accelerator.unwrap_model(trainer.model)
-        reward.bind(policy, tokenizer, generator=generator_for_trainer(trainer, policy, tokenizer))
         trainer.train(resume_from_checkpoint=checkpoint)
         if run.stop_requested:
             status, reason = "stopped", "stopped on request"

@@ -90,6 +90,49 @@ def trainer_class() -> type:
     return ObservedGRPOTrainer
 
 
+def build_trainer(
+    *,
+    model: Any,
+    tokenizer: Any,
+    reward: EnvReward,
+    config: Any,
+    dataset: Any,
+    agent: Any = None,
+    peft_config: Any = None,
+    callbacks: list[Any] | None = None,
+    on_scored: ScoredHook | None = None,
+) -> Any:
+    """The observed GRPOTrainer of a run, with the reward adapter bound to the policy TRL trains.
+
+    An agent env (``agent``, an ``agent.AgentSpec``) goes to TRL as ``environment_factory``: TRL runs
+    each episode through its tool loop, one instance per rollout (docs/architecture.md, "Agent episodes").
+    """
+    import warnings
+
+    extra: dict[str, Any] = {}
+    if agent is not None:
+        extra["environment_factory"] = agent.factory
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*environment_factory.*experimental", category=UserWarning)
+        trainer = trainer_class()(
+            model=model,
+            reward_funcs=[reward],
+            args=config,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=list(callbacks or []),
+            **extra,
+        )
+    drop_console_callbacks(trainer)
+    trainer.grpo_magic_reward = reward
+    trainer.grpo_magic_on_scored = on_scored
+    reward.defer_failure = trainer.accelerator.num_processes > 1
+    policy = trainer.accelerator.unwrap_model(trainer.model)
+    reward.bind(policy, tokenizer, generator=generator_for_trainer(trainer, policy, tokenizer))
+    return trainer
+
+
 def events_callback(
     *,
     on_log: Callable[[int, dict[str, Any], int, float | None, float], None],
