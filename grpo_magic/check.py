@@ -89,6 +89,8 @@ class CheckReport:
     ready: bool
     groups: list[dict[str, Any]] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    #: Agent envs: tool use of the sampled episodes (``check_agent.agent_stats``); None for single-turn envs.
+    agent: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON-serialisable) for logs, tests and the magic."""
@@ -120,6 +122,18 @@ class CheckReport:
             ("latency", f"mean {_secs(lat.get('mean', 0))}  p95 {_secs(lat.get('p95', 0))}  "
                         f"max {_secs(lat.get('max', 0))} per episode"),
             ("degenerate", degenerate),
+            *self._agent_rows(),
+        ]
+
+    def _agent_rows(self) -> list[tuple[str, str]]:
+        a = self.agent
+        if a is None:
+            return []
+        return [
+            ("tool use", f"{a['tool_call_share']:.0%} of {int(a['episodes'])} episodes called a tool "
+                         f"({int(a['tool_calls'])} calls)"),
+            ("tool errors", f"{int(a['tool_failures'])} of {int(a['tool_calls'])} tool calls failed"),
+            ("turns", f"{a['turns_mean']:.1f} assistant turns per episode (max {int(a['turns_max'])})"),
         ]
 
     def __str__(self) -> str:
@@ -205,25 +219,45 @@ def check_env(
 
     lm = _load(model_path, tokenizer)
     loaded = time.perf_counter()
-    generated = _generate(lm, tokenizer, [r["prompt"] for r in rows], params)
-    generated_at = time.perf_counter()
-
     reward = EnvReward(prepared.env, workers=params.rl_env_workers, timeout=params.rl_episode_timeout,
                        max_error_rate=1.0)
     reward.bind(lm, tokenizer)
+    agent: dict[str, float] | None = None
+    degenerate_texts = [["", _echo(r), REFUSAL] for r in rows]
     try:
-        outcomes = _score(reward, tokenizer, rows, generated.texts)
-        scored_at = time.perf_counter()
-        degenerate_texts = [["", _echo(r), REFUSAL] for r in rows]
-        degenerate_outcomes = _score(reward, tokenizer, rows, degenerate_texts)
+        if prepared.agent is not None:  # whole episodes, through TRL's tool loop (generation and scoring at once)
+            from .check_agent import agent_stats, degenerate_episodes, run_agent_episodes
+
+            episodes = run_agent_episodes(params, prepared, lm, tokenizer, reward, rows)
+            generated = _Generated(episodes.texts, [], episodes.truncated)
+            outcomes, agent = episodes.outcomes, agent_stats(episodes.transcripts)
+            generated_at = scored_at = time.perf_counter()
+            degenerate_outcomes = degenerate_episodes(prepared, reward, rows, degenerate_texts)
+        else:
+            generated = _generate(lm, tokenizer, [r["prompt"] for r in rows], params)
+            generated_at = time.perf_counter()
+            outcomes = _score(reward, tokenizer, rows, generated.texts)
+            scored_at = time.perf_counter()
+            degenerate_outcomes = _score(reward, tokenizer, rows, degenerate_texts)
     finally:
         reward.close()
-    return _report(
+    report = _report(
         env=spec_name, model=params.model or "", params=params, rows=rows, generated=generated,
         outcomes=outcomes, degenerate_outcomes=degenerate_outcomes,
         seconds={"load": round(loaded - started, 3), "generate": round(generated_at - loaded, 3),
                  "score": round(scored_at - generated_at, 3)},
     )
+    if agent is not None:
+        report.agent = agent
+        n = params.rl_num_generations
+        for gi, group in enumerate(report.groups):
+            group["transcripts"] = episodes.transcripts[gi * n:(gi + 1) * n]
+        if not agent["tool_calls"]:
+            report.warnings.append(
+                f"no episode called a tool ({int(agent['episodes'])} episodes): GRPO can only reinforce tool use the "
+                "model already tries; use a model that calls tools (e.g. --model tiny-agent offline) or warm it up "
+                "with supervised examples of tool calls.")
+    return report
 
 
 def _check_params(params: GRPOParams | None, **args: Any) -> GRPOParams:

@@ -416,7 +416,8 @@ def prepare_env(spec: EnvSpec, tokenizer: Any) -> PreparedEnv:
 
 def as_chat_prompts(dataset):
     """TRL's tool loop needs chat prompts: a string prompt becomes the user message."""
-    if all(isinstance(p, list) for p in dataset["prompt"]):
+    prompts = dataset["prompt"]
+    if not any(isinstance(p, str) for p in prompts):
         return dataset
-    return dataset.map(lambda row: {"prompt": [{"role": "user", "content": row["prompt"]}]
-                                    if isinstance(row["prompt"], str) else row["prompt"]})
+    chats = [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
+    return dataset.remove_columns("prompt").add_column("prompt", chats)  # no map(): it prints a progress bar

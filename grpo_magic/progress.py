@@ -170,6 +170,11 @@ class TerminalProgress:
                 mark = f" [{error.get('kind', 'error')}]"
             elif i < len(group.clipped) and group.clipped[i]:
                 mark = " [clipped]"
+            turns = group.transcripts[i] if i < len(group.transcripts) else []
+            if turns:  # an agent episode: the completion is its last reply
+                calls = sum(len(t.get("tool_calls") or []) for t in turns)
+                failed = sum(1 for t in turns if t.get("role") == "tool" and t.get("error"))
+                mark += f" [{plural(calls, 'tool call')}" + (f", {failed} failed]" if failed else "]")
             prefix = f"    {score_text} A {adv_text}{mark} "
             lines.append(prefix + shorten(completion, max(width - len(prefix), 20)))
         return lines

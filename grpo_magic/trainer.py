@@ -33,7 +33,8 @@ _TRAINER_CLASS: type | None = None
 
 #: What we use of TRL that is not its documented API: (owner, attribute, what we do with it).
 TRL_INTERNALS = (
-    ("GRPOTrainer", "_generate_and_score_completions", "overridden to read the advantages each batch trains on"),
+    ("GRPOTrainer", "_generate_and_score_completions",
+     "overrides to read the advantages each batch trains on, and calls for the agent pre-flight check"),
 )
 
 
@@ -131,6 +132,14 @@ def build_trainer(
     policy = trainer.accelerator.unwrap_model(trainer.model)
     reward.bind(policy, tokenizer, generator=generator_for_trainer(trainer, policy, tokenizer))
     return trainer
+
+
+def rollouts(trainer: Any, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One batch of TRL's rollouts (generation, tool loop, rewards, advantages) with no optimizer step.
+
+    The pre-flight check of an agent env uses it to see whole episodes exactly as training makes them.
+    """
+    return trainer._generate_and_score_completions(inputs)
 
 
 def events_callback(

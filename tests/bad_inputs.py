@@ -57,7 +57,7 @@ class BadInput:
     env: str | None = None  # module source with class Env (None: envs.letters:LettersEnv)
     surfaces: tuple[str, ...] = ALL
     cell_line: str = ""  # the %%grpo_env line for the "cell" surface
-    setup: str | None = None  # "fake_vllm", "active_run", "checkpointless"
+    setup: str | None = None  # "fake_vllm", "active_run", "pyproject", "no_tool_template"
     api_kwargs: dict[str, Any] = field(default_factory=dict)  # more keyword arguments of train()
 
 
@@ -131,6 +131,38 @@ ENV_ROWS: list[BadInput] = [
              cell_line="--config '{max_turns: 3}'"),
     BadInput("rl_env_config not an object", ("JSON object", "list"),
              params={"rl_env_config": "[1, 2]"}, surfaces=ENV_SURFACES, env=env_source(), cell_line="--config '[1, 2]'"),
+]
+
+#: An agent env: ``reset`` and one tool method, as TRL's tool loop needs them.
+AGENT_RESET = "    def reset(self, **row):\n        self.looked_up = []\n"
+AGENT_TOOL = (
+    "    def lookup(self, word: str) -> str:\n"
+    "        \"\"\"Look a word up.\n\n        Args:\n            word: The word.\n        \"\"\"\n"
+    "        return word\n"
+)
+
+
+def agent_source(reset: str = AGENT_RESET, tool: str = AGENT_TOOL, tools: str = "") -> str:
+    """An agent env module (class ``Env`` with ``reset`` and a ``lookup`` tool), with one part replaced."""
+    return env_source(tools=reset + tool + tools)
+
+
+AGENT_ROWS: list[BadInput] = [
+    BadInput("agent tool without type hints", ("Env.lookup()", "type hint", "docstring"),
+             env=agent_source(tool="    def lookup(self, word):\n        \"\"\"Look up.\n\n        Args:\n"
+                                   "            word: The word.\n        \"\"\"\n        return word\n"),
+             surfaces=ENV_SURFACES),
+    BadInput("agent tool without a docstring", ("Env.lookup()", "docstring", "leading underscore"),
+             env=agent_source(tool="    def lookup(self, word: str) -> str:\n        return word\n"),
+             surfaces=ENV_SURFACES),
+    BadInput("get_tools names a method the agent env lacks", ("get_tools() names 'search'", "lookup", "add the method"),
+             env=agent_source(tools="    def get_tools(self):\n        return [{'type': 'function', 'function': "
+                                    "{'name': 'search', 'description': 'd', 'parameters': {}}}]\n"),
+             surfaces=ENV_SURFACES),
+    BadInput("agent env whose reset is not callable", ("Env.reset", "not a method", "def reset(self, **row)"),
+             env=agent_source(reset="    reset = 5\n"), surfaces=ENV_SURFACES),
+    BadInput("agent env on a model without tool support", ("agent env", "cannot render tool calls", "tiny-agent"),
+             env=agent_source(), params={"model": "./no-tools-model"}, setup="no_tool_template"),
 ]
 
 #: %%grpo_env cells that are wrong in themselves (the "cell" surface only).
@@ -228,7 +260,7 @@ def range_rows() -> list[BadInput]:
 
 
 RANGE_ROWS = range_rows()
-ROWS: list[BadInput] = ENV_ROWS + CELL_ROWS + PARAM_ROWS + RANGE_ROWS
+ROWS: list[BadInput] = ENV_ROWS + AGENT_ROWS + CELL_ROWS + PARAM_ROWS + RANGE_ROWS
 
 
 def cli_flags(params: dict[str, Any]) -> list[str]:

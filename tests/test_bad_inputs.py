@@ -74,6 +74,16 @@ def _setup(row: BadInput, surface: str, tmp, monkeypatch) -> dict:
         monkeypatch.setattr(run_module, "_ACTIVE", _Busy())
     elif row.setup == "pyproject":
         (tmp / "pyproject.toml").write_text("[project]\n")
+    elif row.setup == "no_tool_template":  # tiny, with a chat template that knows no tools
+        import shutil
+
+        from grpo_magic.models import tiny_model_path
+
+        folder = tmp / "no-tools-model"
+        shutil.copytree(tiny_model_path(), folder)
+        (folder / "chat_template.jinja").write_text(
+            "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
     return params
 
 

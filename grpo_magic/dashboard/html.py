@@ -139,12 +139,62 @@ def _completion_html(group: GroupScored, i: int, scale: float) -> str:
         f'<div style="font-size:12px"><span style="display:inline-block;width:30px;opacity:.7">#{i}</span>'
         f"{_score_bar(score)}{_advantage_bar(None if adv is None else float(adv), scale)}"
         f"{''.join(' ' + m for m in marks)}</div>"
-        f'<pre style="{PRE_STYLE}">{esc(truncate(group.completions[i], MAX_TEXT_CHARS))}</pre>'
     )
+    turns = group.transcripts[i] if i < len(group.transcripts) else None
+    if turns:
+        row += transcript_html(turns)
+    else:
+        row += f'<pre style="{PRE_STYLE}">{esc(truncate(group.completions[i], MAX_TEXT_CHARS))}</pre>'
+
     if error and error.get("traceback"):
         tb = truncate(str(error["traceback"])[-MAX_TRACEBACK_CHARS:], MAX_TRACEBACK_CHARS)
         row += f'<details><summary>traceback</summary><pre style="{PRE_STYLE}">{esc(tb)}</pre></details>'
     return row + "</div>"
+
+
+_TURN_STYLE = "margin:4px 0 0 10px;padding-left:8px;border-left:3px solid "
+_TURN_COLORS = {"assistant": "#3b82f6", "tool": "#16a34a", "error": "#dc2626"}
+
+
+def _turn_html(turn: dict[str, Any]) -> str:
+    """One turn of an agent episode: the assistant's text and tool calls, or a tool's result (or error)."""
+    role = str(turn.get("role", ""))
+    content = truncate(str(turn.get("content") or ""), MAX_TEXT_CHARS)
+    if role == "tool":
+        error = turn.get("error")
+        color = _TURN_COLORS["error" if error else "tool"]
+        head = f"<b>{esc(turn.get('name', 'tool'))}</b> " + ("returned an error" if error else "returned")
+        body = content if not error or error == content else f"{error}\n{content}"
+        return (f'<div class="grpo-turn grpo-turn-tool" style="{_TURN_STYLE}{color}"><div style="font-size:12px">'
+                f'{head}</div><pre style="{PRE_STYLE}">{esc(body)}</pre></div>')
+    calls = "".join(
+        f'<div class="grpo-tool-call" style="font-size:12px">→ call <b>{esc(c.get("name", ""))}</b>'
+        f"<code>({esc(_arguments(c.get('arguments')))})</code></div>"
+        for c in turn.get("tool_calls") or []
+    )
+    text = f'<pre style="{PRE_STYLE}">{esc(content)}</pre>' if content.strip() else ""
+    return (f'<div class="grpo-turn grpo-turn-{esc(role)}" style="{_TURN_STYLE}{_TURN_COLORS["assistant"]}">'
+            f'<div style="font-size:12px;opacity:.8">{esc(role)}</div>{text}{calls}</div>')
+
+
+def _arguments(arguments: Any) -> str:
+    if isinstance(arguments, dict):
+        return ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+    return "" if arguments is None else str(arguments)
+
+
+def transcript_html(turns: list[dict[str, Any]]) -> str:
+    """An agent episode, folded: a one-line summary that opens into every turn, in order."""
+    calls = sum(len(t.get("tool_calls") or []) for t in turns)
+    failed = sum(1 for t in turns if t.get("role") == "tool" and t.get("error"))
+    replies = sum(1 for t in turns if t.get("role") == "assistant")
+    last = next((str(t.get("content") or "") for t in reversed(turns) if t.get("role") == "assistant"), "")
+    head = last.strip().splitlines()[0][:100] if last.strip() else "(no text)"
+    summary = (f"{replies} assistant turn{'s' if replies != 1 else ''} · {calls} tool call{'s' if calls != 1 else ''}"
+               + (f' · <span style="color:#dc2626">{failed} failed</span>' if failed else "")
+               + f' · last reply: <span style="opacity:.8">{esc(head)}</span>')
+    return (f'<details class="grpo-turns"><summary style="font-size:12px">{summary}</summary>'
+            f'{"".join(_turn_html(t) for t in turns)}</details>')
 
 
 def group_card_html(group: GroupScored) -> str:
