@@ -26,7 +26,7 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse, but a bad flag raises ``ArgumentError`` (one sentence) instead of printing usage."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise ArgumentError(f"{message}; see {self.prog} --help.")
+        raise ArgumentError(f"{message}; run {self.prog} --help for the flags and their values.")
 
 
 def add_param_arguments(parser: argparse.ArgumentParser) -> None:

@@ -24,6 +24,11 @@ from .params import GRPOParams
 from .text import one_line
 
 REQUIRED_METHODS = ("build_dataset", "score_episode")
+#: How each required method is declared, for the messages that ask for it.
+METHOD_SIGNATURES = {
+    "build_dataset": "build_dataset(self, tokenizer)",
+    "score_episode": "score_episode(self, model, tokenizer, completion, ...)",
+}
 #: Leading parameters of ``score_episode`` that we pass positionally.
 EPISODE_POSITIONAL = ("model", "tokenizer", "completion")
 #: Keyword arguments of ``score_episode`` that grpo_magic supplies itself (not dataset columns).
@@ -170,8 +175,7 @@ def check_interface(obj: Any, name: str) -> None:
     for method in REQUIRED_METHODS:
         if not callable(getattr(obj, method, None)):
             raise GRPOMagicError(
-                f"Environment {name} has no {method}() method; an environment needs "
-                "build_dataset(self, tokenizer) and score_episode(self, model, tokenizer, completion, ...)."
+                f"Environment {name} has no {method}() method; add {METHOD_SIGNATURES[method]} to it."
             )
 
 
@@ -263,7 +267,8 @@ def check_tools(env: Any) -> list[dict[str, Any]]:
         return []
     if not isinstance(tools, (list, tuple)):
         raise GRPOMagicError(
-            f"{_where(env, 'get_tools')} must return a list of function schemas, got {type(tools).__name__}."
+            f"{_where(env, 'get_tools')} must return a list of function schemas, got {type(tools).__name__}; "
+            "return [{'type': 'function', 'function': {...}}, ...], or [] for no tools."
         )
     for i, tool in enumerate(tools):
         schema = tool.get("function", tool) if isinstance(tool, dict) else None
@@ -304,11 +309,11 @@ def build_and_check_dataset(env: Any, tokenizer: Any):
             f"(columns: {', '.join(dataset.column_names) or 'none'}); add the prompts as 'prompt'."
         )
     if len(dataset) == 0:
-        raise GRPOMagicError(f"{_where(env, 'build_dataset')} returned an empty dataset; it needs at least one prompt.")
+        raise GRPOMagicError(f"{_where(env, 'build_dataset')} returned an empty dataset; return at least one prompt.")
     for i, prompt in enumerate(dataset["prompt"]):
         if isinstance(prompt, str):
             if not prompt.strip():
-                raise GRPOMagicError(f"{_where(env, 'build_dataset')}: prompt {i} is empty; every prompt needs text.")
+                raise GRPOMagicError(f"{_where(env, 'build_dataset')}: prompt {i} is empty; give every prompt some text.")
         elif not _is_messages(prompt):
             raise GRPOMagicError(
                 f"{_where(env, 'build_dataset')}: prompt {i} is a {type(prompt).__name__}, not a string or a list "
@@ -327,8 +332,8 @@ def episode_parameters(env: Any) -> tuple[set[str], bool, list[str]]:
     rest = params[len(EPISODE_POSITIONAL):] if len(params) >= len(EPISODE_POSITIONAL) else []
     if len(params) < len(EPISODE_POSITIONAL) and not any(p.kind is p.VAR_POSITIONAL for p in params):
         raise GRPOMagicError(
-            f"{_where(env, 'score_episode')} must accept (model, tokenizer, completion, ...); "
-            f"it takes ({', '.join(p.name for p in params)})."
+            f"{_where(env, 'score_episode')} takes ({', '.join(p.name for p in params)}) but must accept "
+            "(model, tokenizer, completion, ...); add the missing parameters."
         )
     names = {p.name for p in rest if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     var_kw = any(p.kind is p.VAR_KEYWORD for p in params)

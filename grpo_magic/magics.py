@@ -168,12 +168,14 @@ class GrpoMagics(Magics):
 
     @staticmethod
     def _pick_class(name: str | None, classes: dict[str, type], candidates: dict[str, type]) -> type:
+        from .env import METHOD_SIGNATURES  # how a missing method is declared, for the fix
+
         if name and name in candidates:
             return candidates[name]
         if name and name in classes:
             missing = [m for m in ("build_dataset", "score_episode") if not callable(getattr(classes[name], m, None))]
-            raise UsageError(f"Class {name} has no {missing[0]}() method; an environment needs build_dataset and "
-                             "score_episode.")
+            raise UsageError(f"Class {name} has no {missing[0]}() method; add {METHOD_SIGNATURES[missing[0]]} "
+                             "to it.")
         if len(candidates) == 1:
             return next(iter(candidates.values()))
         if len(candidates) > 1:
@@ -182,8 +184,8 @@ class GrpoMagics(Magics):
         if classes:
             first = next(iter(classes.values()))
             missing = [m for m in ("build_dataset", "score_episode") if not callable(getattr(first, m, None))]
-            raise UsageError(f"Class {first.__name__} has no {missing[0]}() method; an environment needs "
-                             "build_dataset(self, tokenizer) and score_episode(self, model, tokenizer, completion, ...).")
+            raise UsageError(f"Class {first.__name__} has no {missing[0]}() method; add "
+                             f"{METHOD_SIGNATURES[missing[0]]} to it.")
         raise UsageError("The %%grpo_env cell defines no class; define a class with build_dataset(self, tokenizer) "
                          "and score_episode(self, model, tokenizer, completion, ...).")
 

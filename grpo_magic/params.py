@@ -172,60 +172,76 @@ class GRPOParams:
     def replace(self, **changes: Any) -> GRPOParams:
         unknown = sorted(set(changes) - {f.name for f in self.fields()})
         if unknown:
-            raise GRPOMagicError(f"Unknown parameter {unknown[0]!r}; see GRPOParams for the valid names.")
+            raise GRPOMagicError(f"Unknown parameter {unknown[0]!r}; {_known_names_fix(unknown[0])}.")
         return dataclasses.replace(self, **changes)
 
     # ---------------------------------------------------------------- validation
 
     @classmethod
     def check_value(cls, name: str, value: Any) -> str | None:
-        """The problem with one field's value, in one sentence, or None when it is valid."""
+        """The problem with one field's value, and its fix, in one sentence, or None when it is valid."""
         f = next(f for f in cls.fields() if f.name == name)
         meta = f.metadata
-        label = f"{name} ({cls.flag(name)})"
+        flag = cls.flag(name)
+        label = f"{name} ({flag})"
         if value is None or (isinstance(value, str) and value == "" and cls.is_optional(name)):
             if meta.get("required"):
-                return f"{label} is required; for the offline demo use --model tiny."
+                return f"{label} is required; pass a hub id or a local folder, or use --model tiny for the offline demo."
             if cls.is_optional(name):
                 return None
-            return f"{label} must be set."
+            return f"{label} must be set; {cls._use(name, 'pass a value')}."
         kind = cls.field_type(name)
         if kind is bool:
             if not isinstance(value, bool):
-                return f"{label} must be true or false, got {show(value)}."
+                return f"{label} must be true or false, got {show(value)}; pass True or False."
             return None
         if kind in (int, float):
             # Integral/Real, not int/float: numpy numbers are fine; an integral float for an int field is not
             # (it would reach TRL as a float). Huge ints are compared exactly, never turned into floats.
             if isinstance(value, bool) or not isinstance(value, numbers.Integral if kind is int else numbers.Real):
-                return f"{label} must be {'an integer' if kind is int else 'a number'}, got {show(value)}."
+                what = "an integer" if kind is int else "a number"
+                return f"{label} must be {what}, got {show(value)}; {cls._use(name, 'pass ' + what)}."
             if kind is float and finite(value) is None:  # an int past float range too
-                return f"{label} must be a finite number, got {show(value)}."
+                return f"{label} must be a finite number, got {show(value)}; {cls._use(name, 'pass a finite number')}."
             bounds = [
-                ("ge", lambda v, b: v >= b, "at least"), ("gt", lambda v, b: v > b, "greater than"),
-                ("le", lambda v, b: v <= b, "at most"), ("lt", lambda v, b: v < b, "less than"),
+                ("ge", lambda v, b: v >= b, "at least", "{b} or more"),
+                ("gt", lambda v, b: v > b, "greater than", "above {b}"),
+                ("le", lambda v, b: v <= b, "at most", "{b} or less"),
+                ("lt", lambda v, b: v < b, "less than", "below {b}"),
             ]
-            for key, ok, words in bounds:
+            for key, ok, words, fix in bounds:
                 if key in meta and not ok(value, meta[key]):
-                    why = f"; {meta['why']}" if "why" in meta else ""
-                    return f"{label} must be {words} {meta[key]}, got {show(value)}{why}."
+                    why = f" ({meta['why']})" if "why" in meta else ""
+                    use = f"use {flag} {fix.format(b=meta[key])}"
+                    return f"{label} must be {words} {meta[key]}, got {show(value)}{why}; {cls._use(name, use, then_default=True)}."
             return None
         if not isinstance(value, str):
-            return f"{label} must be a string, got {show(value)}."
+            return f"{label} must be a string, got {show(value)}; pass it as text, e.g. {name}={str(value)!r}."
         if "choices" in meta and value not in meta["choices"]:
-            return f"{label} must be one of {', '.join(meta['choices'])}; got {value!r}."
+            choices = meta["choices"]
+            fix = f"use {flag} {choices[0]}" if len(choices) == 1 else cls._use(name, "use one of them")
+            return f"{label} must be one of {', '.join(choices)}, not {value!r}; {fix}."
         if meta.get("json_object"):
             try:
                 parsed = json.loads(value)
             except json.JSONDecodeError as exc:
                 return f"{label} is not valid JSON ({exc.msg} at character {exc.pos}); write a JSON object such as '{{\"max_turns\": 3}}'."
             if not isinstance(parsed, dict):
-                return f"{label} must be a JSON object of constructor arguments such as '{{\"max_turns\": 3}}', got {type(parsed).__name__}."
+                return (f"{label} must be a JSON object, got {type(parsed).__name__}; write the constructor's keyword "
+                        "arguments as one, such as '{\"max_turns\": 3}'.")
         if meta.get("path") and (not value.strip() or "\x00" in value):
-            return f"{label} must name a folder such as grpo-run, got {value!r}."
+            return f"{label} must name a folder, got {value!r}; {cls._use(name, 'use a folder name')}."
         if meta.get("url") and not value.startswith(("http://", "https://")):
-            return f"{label} must be an http:// or https:// URL such as http://localhost:8000, got {value!r}."
+            return f"{label} must be an http:// or https:// URL, got {value!r}; use one such as http://localhost:8000."
         return None
+
+    @classmethod
+    def _use(cls, name: str, fix: str, *, then_default: bool = False) -> str:
+        """``fix`` made concrete with the field's default: ``fix, e.g. --flag 4``, or ``fix (the default is 4)``."""
+        default = next(f.default for f in cls.fields() if f.name == name)
+        if default is None or isinstance(default, bool):
+            return fix
+        return f"{fix} (the default is {default})" if then_default else f"{fix}, e.g. {cls.flag(name)} {default}"
 
     def problems(self, processes: int | None = None) -> list[tuple[str, str]]:
         """Every problem as ``(field name, sentence)``; fields first, then rules across fields.
@@ -359,6 +375,14 @@ def _divisibility_message(batch_size: int, accumulation: int, processes: int, n:
     )
 
 
+def _known_names_fix(name: str) -> str:
+    """The fix for an unknown parameter name: the nearest field name, else where the names are listed."""
+    import difflib
+
+    near = difflib.get_close_matches(name, [f.name for f in GRPOParams.fields()], n=1)
+    return f"use {near[0]!r}" if near else "use a GRPOParams field name (help(GRPOParams) lists them)"
+
+
 def markdown_table() -> str:
     """The parameter table of the README, generated from the metadata (a test keeps them equal)."""
     rows = ["| parameter | CLI flag | default | section | what it does |", "|---|---|---|---|---|"]
@@ -374,5 +398,5 @@ def params_from_dict(values: dict[str, Any]) -> GRPOParams:
     names = {f.name for f in GRPOParams.fields()}
     unknown = sorted(set(values) - names)
     if unknown:
-        raise GRPOMagicError(f"Unknown parameter {unknown[0]!r}; see GRPOParams for the valid names.")
+        raise GRPOMagicError(f"Unknown parameter {unknown[0]!r}; {_known_names_fix(unknown[0])}.")
     return GRPOParams(**values)

@@ -24,11 +24,16 @@ from tests.bad_inputs import ROWS, BadInput, cli_flags
 BASE = dict(model="tiny", rl_env_module="envs.letters", rl_env_class="LettersEnv", max_steps=1, batch_size=4,
             rl_max_new_tokens=4)
 
-#: Words that say what to do; every answer has at least one of them.
-FIX_WORDS = re.compile(
-    r"\b(use|pass|add|fix|check|start|define|install|drop|return|give|name|wrap|lower|set|stop|run|pick|write|"
-    r"accept|train|unset|see|raise|must|needs?|takes?|is required)\b"
+#: Verbs that say what to do. "must", "needs", "takes", "is required" and "see ..." state a problem or
+#: point elsewhere; they are no fix.
+FIX_VERBS = (
+    "use", "pass", "add", "fix", "check", "start", "define", "install", "drop", "return", "give", "name", "wrap",
+    "lower", "raise", "set", "stop", "run", "pick", "write", "train", "unset", "remove", "rename", "choose",
+    "change", "register",
 )
+#: A fix is an imperative clause: one of FIX_VERBS heading the answer or one of its clauses (after ; : ( ,
+#: or "or", "then", "so", "and"), as in "...; use --batch-size 4 or 8." ("pip install" counts as install).
+FIX_WORDS = re.compile(r"(?:^|[;:(,]\s*|\b(?:or|then|so|and)\s+)(?:pip\s+)?(?:" + "|".join(FIX_VERBS) + r")\b", re.I)
 
 CASES = [pytest.param(row, surface, id=f"{row.id}-{surface}") for row in ROWS for surface in row.surfaces]
 
@@ -136,6 +141,23 @@ def test_every_bad_input_is_answered_in_one_sentence_before_the_model_loads(
         assert "check the quotes" not in message, message  # a flag mistake is not a quoting one
     missing = [w for w in row.words if not _has(message, w)]
     assert not missing, f"{missing} not in: {message}"
+
+
+@pytest.mark.parametrize(("message", "names_a_fix"), [
+    ("lr (--lr) must be greater than 0, got 0.", False),
+    ("Unknown parameter 'lrr'; see GRPOParams for the valid names.", False),
+    ("Env.build_dataset() returned an empty dataset; it needs at least one prompt.", False),
+    ("Env() does not accept 'max_turns' (it takes letter).", False),
+    ("model (--model) is required.", False),
+    ("Env.build_dataset() must return a datasets.Dataset, got list.", False),
+    ("lr (--lr) must be greater than 0, got 0; use --lr above 0 (the default is 1e-05).", True),
+    ("--use-vllm needs the vllm package; pip install 'grpo-magic[vllm]' on a GPU machine.", True),
+    ("Cannot resume: no checkpoint, so train without --resume.", True),
+    ("Check the path.", True),
+])
+def test_a_fix_is_an_imperative_clause(message: str, names_a_fix: bool):
+    """The check above: a verb that says what to do heads a clause; "must", "needs", "see" do not count."""
+    assert bool(FIX_WORDS.search(message)) is names_a_fix
 
 
 def test_the_catalogue_covers_every_field_and_every_surface():

@@ -175,7 +175,54 @@ def test_command_preview_parses_back_to_the_same_params(shell):
                                            rl_env_config='{"letter": "b"}')
 
 
-def test_stop_without_a_run_and_second_run_refused(shell, capsys):
+#: An env whose episodes of step 2 wait for the test: the run is surely still training while the test acts.
+GATED_ENV_CELL = '''
+import threading
+from datasets import Dataset
+
+scoring_step_2, release = threading.Event(), threading.Event()
+episodes = []
+
+class GatedEnv:
+    def build_dataset(self, tokenizer):
+        return Dataset.from_dict({"prompt": ["Write a: "] * 8})
+
+    def score_episode(self, model, tokenizer, completion):
+        episodes.append(completion)
+        if len(episodes) > 4:  # step 1 has 4 completions (batch 4, 4 generations)
+            scoring_step_2.set()
+            release.wait(300)  # a safety net if the test fails before it releases
+        return 0.5
+'''
+
+
+def test_stop_without_a_run_and_second_run_refused(shell, in_tmp, capsys):
+    shell.run_line_magic("grpo_stop", "")
+    assert "No run is training" in capsys.readouterr().out
+    shell.run_cell_magic("grpo_env", "", GATED_ENV_CELL)
+    ns = shell.user_ns
+    run = shell.run_line_magic(
+        "grpo_train", "--env GatedEnv --max-steps 50 --batch-size 4 --rl-max-new-tokens 4 --run")
+    try:
+        assert ns["scoring_step_2"].wait(300), f"the run never reached step 2: {run.status} {run.reason}"
+        assert run.step == 1 and not run.done
+        with pytest.raises(UsageError) as info:
+            shell.run_line_magic("grpo_train", "--env GatedEnv --max-steps 1 --project-name second --run")
+        message = str(info.value)
+        assert "already training (GatedEnv, step 1)" in message and "%grpo_stop" in message, message
+        assert not (in_tmp / "second").exists()  # refused before any work
+        assert grpo_magic.last_run() is run and not run.done
+        capsys.readouterr()
+        assert shell.run_line_magic("grpo_stop", "") is run
+        assert "Stopping GatedEnv after the current step" in capsys.readouterr().out
+    except BaseException:
+        run.stop()  # a failing test leaves no run training for the next one
+        raise
+    finally:
+        ns["release"].set()
+        run.wait(timeout=300)
+    assert run.status == "stopped" and run.step == 2 and run.reason == "stopped on request"
+    assert (run.output_dir / "model.safetensors").exists()
     shell.run_line_magic("grpo_stop", "")
     assert "No run is training" in capsys.readouterr().out
 
@@ -233,18 +280,3 @@ def test_grpo_check_magic_reports_equal_scores_and_errors_without_raising(shell)
     assert report.error_count == 8 and "ZeroDivisionError" in report.verdict
     with pytest.raises(UsageError, match="--samples must be at least 1"):
         shell.run_line_magic("grpo_check", "CountEnv --samples 0")
-
-
-def test_grpo_stop_stops_a_background_run_from_the_magic(shell):
-    _env_cell(shell, score="__import__('time').sleep(0.05) or 0.5")
-    run = shell.run_line_magic("grpo_train", "--env CountEnv --max-steps 200 --batch-size 4 --rl-max-new-tokens 4 --run")
-    import time
-
-    deadline = time.monotonic() + 120
-    while run.step < 1 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    with pytest.raises(UsageError, match="already training"):
-        shell.run_line_magic("grpo_train", "--env CountEnv --max-steps 1 --run")
-    assert shell.run_line_magic("grpo_stop", "") is run
-    run.wait(timeout=120)
-    assert run.status == "stopped" and (run.output_dir / "model.safetensors").exists()

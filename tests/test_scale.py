@@ -1,8 +1,9 @@
 """Scale out: several processes, the vLLM server split, vLLM for episodes, notebook to cluster.
 
 Real multi-process runs use torchrun on CPU (gloo). What needs GPUs or vLLM is checked through
-the plans (GPU count faked with GRPO_MAGIC_FAKE_GPUS), a stand-in HTTP server, and stand-in
-engines; scripts/gpu_smoke.sh runs the real thing on a GPU machine.
+the plans (GPU count faked with GRPO_MAGIC_FAKE_GPUS), stand-in HTTP servers, and TRL's real
+GRPOConfig, GRPOTrainer and VLLMClient around a stand-in for vllm.LLM (see "generation for
+episodes"); scripts/gpu_smoke.sh runs the real thing on a GPU machine.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import statistics
 import subprocess
 import sys
 import textwrap
-import time
 import types
 from pathlib import Path
 
@@ -219,7 +219,7 @@ def test_a_launched_process_never_launches_again(monkeypatch):
 # ---------------------------------------------------------------- the vLLM server
 
 FAKE_SERVER = '''
-import sys, http.server
+import os, sys, http.server
 
 class Health(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
@@ -229,7 +229,7 @@ class Health(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         print("request", self.path, flush=True)
 
-print("fake vLLM server starting", flush=True)
+print("fake vLLM server starting, pid", os.getpid(), flush=True)
 http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
 '''
 
@@ -252,10 +252,15 @@ def test_the_launcher_waits_for_its_server_trains_and_stops_the_server(tmp_path)
     plan = _plan(tmp_path, [sys.executable, str(tmp_path / "server.py"), str(port)], [sys.executable, "-c", probe],
                  port)
     assert execute(plan, LETTERS) == 3  # training saw the server, and its exit status comes back
-    time.sleep(0.2)
-    with socket.socket() as sock:
-        assert sock.connect_ex(("127.0.0.1", port)) != 0  # the server is gone
-    assert "fake vLLM server starting" in (tmp_path / "vllm-server.log").read_text()
+    log = (tmp_path / "vllm-server.log").read_text()
+    assert "fake vLLM server starting" in log
+    _assert_gone(int(log.split("pid")[1].split()[0]))
+
+
+def _assert_gone(pid: int) -> None:
+    """The process has ended and been reaped (the launcher waits for what it stops)."""
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
 
 
 def test_a_server_that_dies_or_never_answers_is_reported_with_its_log(tmp_path):
@@ -263,11 +268,13 @@ def test_a_server_that_dies_or_never_answers_is_reported_with_its_log(tmp_path):
     dies = [sys.executable, "-c", "print('CUDA out of memory while loading'); raise SystemExit(1)"]
     with pytest.raises(GRPOMagicError, match="(?s)exited with status 1.*CUDA out of memory"):
         execute(_plan(tmp_path, dies, [sys.executable, "-c", "pass"], port), LETTERS)
-    silent = [sys.executable, "-c", "import time; print('loading weights'); time.sleep(60)"]
-    start = time.monotonic()
+    # Still loading when the 1 s wait ends (had the launcher waited on, this one would have "exited with
+    # status 0"): reported with its log, and stopped, not left running.
+    silent = [sys.executable, "-c", "import os, time; print('loading weights, pid', os.getpid(), flush=True); "
+              "time.sleep(60)"]
     with pytest.raises(GRPOMagicError, match=r"(?s)did not answer .* within 1 s.*loading weights"):
         execute(_plan(tmp_path, silent, [sys.executable, "-c", "pass"], port, timeout=1), LETTERS)
-    assert time.monotonic() - start < 20
+    _assert_gone(int((tmp_path / "vllm-server.log").read_text().split("pid")[-1].split()[0]))
 
 
 SERVER_PARAMS = dict(model="tiny", use_vllm=True, vllm_mode="server", rl_max_new_tokens=8)
@@ -279,11 +286,9 @@ def test_a_server_url_that_does_not_answer_fails_before_the_model_loads(in_tmp, 
 
     monkeypatch.setattr(grpo_magic.models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
     url = f"http://127.0.0.1:{_free_port()}"
-    start = time.monotonic()
     with pytest.raises(GRPOMagicError) as info:
         train(GRPOParams(**SERVER_PARAMS, vllm_server_url=url), LettersEnv())
-    assert time.monotonic() - start < 10
-    assert url in str(info.value) and "trl vllm-serve" in str(info.value)
+    assert url in str(info.value) and "trl vllm-serve" in str(info.value) and "within 2 s" in str(info.value)
     proc = subprocess.run(
         [sys.executable, "-m", "grpo_magic", *BASE, *SERVER, "--vllm-server-url", url],
         cwd=REPO, env=_env(GRPO_MAGIC_VLLM_CHECK_TIMEOUT="2"), capture_output=True, text=True, timeout=120,
@@ -361,56 +366,242 @@ def test_the_helper_says_when_a_conversation_no_longer_fits(tiny):
         generator.generate("a " * limit, max_new_tokens=8)
 
 
-def _fake_trainer(**args):
-    defaults = dict(max_completion_length=32, temperature=0.7, top_p=0.9, top_k=20, use_vllm=True,
-                    vllm_mode="colocate", vllm_tensor_parallel_size=1, vllm_server_base_url="http://h:8000")
-    return types.SimpleNamespace(args=types.SimpleNamespace(**{**defaults, **args}))
+# What these tests build is TRL's: a real GRPOConfig (from GRPOParams, as a run makes it), a real
+# GRPOTrainer with use_vllm=True, whose real VLLMGeneration holds the engine, and in server mode TRL's
+# real VLLMClient talking HTTP to a stand-in server started here. Two stand-ins remain, because neither
+# can exist without the vllm package and a GPU: the engine start-up (VLLMGeneration._init_vllm creates a
+# vllm.LLM, or a client plus an NCCL weight-sync communicator) and the vllm.LLM object itself.
+
+REPLY = "hello there"
+SAMPLING = dict(rl_temperature=0.7, rl_top_p=0.9, rl_top_k=20, rl_max_new_tokens=32)
 
 
-def test_the_helper_uses_trl_s_vllm_engine_when_the_run_has_one(tiny, monkeypatch):
-    model, tokenizer = tiny
-    reply_ids = tokenizer("hello there", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id, 5, 6]
-    calls = []
+class StandInLLM:
+    """Stands for vllm.LLM (TRL's colocated engine), which needs vllm and a GPU: records each request."""
 
-    class LLM:  # TRL's colocated engine: trainer.vllm_generation.llm
-        def generate(self, prompts, sampling_params, use_tqdm):
-            calls.append((prompts, sampling_params))
-            return [types.SimpleNamespace(outputs=[types.SimpleNamespace(token_ids=reply_ids)])]
+    def __init__(self, reply_ids: list[int]) -> None:
+        self.reply_ids = reply_ids
+        self.requests: list[tuple[list, dict]] = []
 
+    def generate(self, prompts, sampling_params, use_tqdm):
+        self.requests.append((prompts, sampling_params))
+        return [types.SimpleNamespace(outputs=[types.SimpleNamespace(token_ids=self.reply_ids)])]
+
+
+class StandInVLLMServer:
+    """`trl vllm-serve` as far as TRL uses it here: /health, /v1/models, /server_info, /v1/completions."""
+
+    def __init__(self, reply_ids: list[int]) -> None:
+        import http.server
+        import threading
+
+        server = self
+        self.requests: list[tuple[str, str, dict | None]] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _send(self, status: int, body: dict | None = None) -> None:
+                data = json.dumps(body or {}).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                server.requests.append(("GET", self.path, None))
+                if self.path == "/health":
+                    self._send(200)
+                elif self.path == "/v1/models":
+                    self._send(200, {"data": [{"id": "tiny"}]})
+                elif self.path.startswith("/server_info"):  # GRPOTrainer checks the logprobs mode at start
+                    self._send(200, {"vllm_config": {"model_config": {"logprobs_mode": "processed_logprobs"}}})
+                else:
+                    self._send(404)
+
+            def do_POST(self):
+                payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append(("POST", self.path, payload))
+                if self.path != "/v1/completions":
+                    return self._send(404)
+                self._send(200, {"choices": [
+                    {"prompt_token_ids": prompt, "token_ids": reply_ids, "logprobs": None}
+                    for prompt in payload["prompt"] for _ in range(payload["n"])
+                ]})
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def posts(self) -> list[dict]:
+        return [payload for method, path, payload in self.requests if method == "POST"]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def reply_ids(tiny):
+    _, tokenizer = tiny
+    # The reply, the end of the turn, then tokens past it that must not reach the env.
+    return tokenizer(REPLY, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id, 5, 6]
+
+
+@pytest.fixture
+def vllm_server(reply_ids, monkeypatch):
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    server = StandInVLLMServer(reply_ids)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def trl_vllm_trainer(tiny, reply_ids, tmp_path, monkeypatch):
+    """Build TRL's GRPOTrainer with use_vllm=True from GRPOParams, as a run does; returns (trainer, policy).
+
+    Only ``VLLMGeneration._init_vllm`` is replaced. Like TRL's, it sets ``llm`` in colocate mode and,
+    on the main process, ``vllm_client`` (TRL's real ``VLLMClient``) in server mode; it skips what needs
+    vllm and a GPU (creating vllm.LLM, the NCCL communicator). ``main_process=False`` builds what
+    another process of a multi-process run holds: no client.
+    """
+    from trl.generation import vllm_client, vllm_generation
+    from trl.generation.vllm_client import VLLMClient
+
+    from grpo_magic.models import load_model
+    from grpo_magic.trainer import trainer_class
+
+    _, tokenizer = tiny
+    # VLLMClient refuses to exist without the vllm package, though all it does is HTTP.
+    monkeypatch.setattr(vllm_client, "is_vllm_available", lambda *a, **k: True)
+
+    def build(main_process: bool = True, overrides: dict | None = None, **params):
+        def init_vllm(self):
+            if self.mode == "colocate":
+                self.llm = StandInLLM(reply_ids)
+            elif main_process:
+                self.vllm_client = VLLMClient(base_url=self.server_base_url, group_port=self.group_port,
+                                              connection_timeout=self.server_timeout)
+
+        monkeypatch.setattr(vllm_generation.VLLMGeneration, "_init_vllm", init_vllm)
+        grpo = GRPOParams(model="tiny", rl_kl_coef=0.0, **{**SAMPLING, **params})
+        overrides = dict(overrides or {})
+        if not main_process:  # TRL asks the server for its logprobs mode on the main process only
+            overrides["vllm_importance_sampling_correction"] = False
+        config = grpo.to_grpo_config(str(tmp_path / "out"), **overrides)
+        trainer = trainer_class()(model=load_model(grpo.model, tokenizer=tokenizer), args=config,
+                                  reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                                  train_dataset=Dataset.from_dict({"prompt": ["Say a: "] * 8}),
+                                  processing_class=tokenizer)
+        return trainer, trainer.accelerator.unwrap_model(trainer.model)
+
+    return build
+
+
+def test_grpo_config_with_vllm_constructs_on_this_cpu_in_both_modes():
+    for mode, url in (("colocate", None), ("server", "http://10.0.0.2:8000")):
+        config = GRPOParams(model="tiny", use_vllm=True, vllm_mode=mode, vllm_server_url=url).to_grpo_config("out")
+        assert (config.use_vllm, config.vllm_mode, config.vllm_server_base_url) == (True, mode, url)
+
+
+def test_colocate_episodes_generate_with_trl_s_engine_and_the_run_s_sampling(trl_vllm_trainer, tiny, monkeypatch):
+    from grpo_magic.trainer import vllm_engine
+
+    trainer, policy = trl_vllm_trainer(use_vllm=True, vllm_mode="colocate")
+    llm = trainer.vllm_generation.llm  # where TRL keeps its engine
+    engine = vllm_engine(trainer)
+    assert (engine.mode, engine.llm, engine.tensor_parallel_size, engine.sleep_mode) == ("colocate", llm, 1, False)
+    _, tokenizer = tiny
+    generator = generator_for_trainer(trainer, policy, tokenizer)
+    assert isinstance(generator, VLLMColocateGenerator) and generator.llm is llm
+    # vllm.SamplingParams, like vllm.LLM, needs vllm: a stand-in that keeps what it was given.
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=lambda **kw: kw))
-    trainer = _fake_trainer()
-    trainer.vllm_generation = types.SimpleNamespace(llm=LLM(), tensor_parallel_size=1, enable_sleep_mode=False)
-    generator = generator_for_trainer(trainer, model, tokenizer)
-    assert isinstance(generator, VLLMColocateGenerator)
     messages = [{"role": "user", "content": "hi"}]
-    assert generator.chat(messages, max_new_tokens=7) == "hello there"  # cut at the end of the turn
-    prompt, sampling = calls[0]
-    assert prompt == [{"prompt_token_ids": tokenizer(generator.render(messages), add_special_tokens=False)["input_ids"]}]
-    assert sampling == {"n": 1, "max_tokens": 7, "temperature": 0.7, "top_p": 0.9, "top_k": 20}
+    assert generator.chat(messages, max_new_tokens=7) == REPLY  # cut at the end of the turn
+    assert generator.generate("Say a: ") == REPLY
+    (chat_prompt, chat_sampling), (_, text_sampling) = llm.requests
+    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert chat_prompt == [{"prompt_token_ids": tokenizer(rendered, add_special_tokens=False)["input_ids"]}]
+    assert chat_sampling == {"n": 1, "max_tokens": 7, "temperature": 0.7, "top_p": 0.9, "top_k": 20}
+    assert text_sampling["max_tokens"] == 32  # rl_max_new_tokens, when the env gives no budget
 
-    class Client:  # TRL's server client: trainer.vllm_generation.vllm_client (main process only)
-        def generate(self, prompts, **kw):
-            calls.append((prompts, kw))
-            return {"completion_ids": [reply_ids]}
 
-    server = _fake_trainer(vllm_mode="server")
-    server.vllm_generation = types.SimpleNamespace(vllm_client=Client())
-    generator = generator_for_trainer(server, model, tokenizer)
-    assert isinstance(generator, VLLMServerGenerator) and generator.generate("Say hi: ") == "hello there"
-    assert calls[-1][1]["max_tokens"] == 32 and calls[-1][1]["n"] == 1
-    other_rank = generator_for_trainer(_fake_trainer(vllm_mode="server"), model, tokenizer)
-    assert other_rank.client is None and other_rank.base_url == "http://h:8000"  # connects itself on first use
+def test_server_episodes_generate_through_trl_s_vllm_client(trl_vllm_trainer, vllm_server, tiny):
+    from trl.generation.vllm_client import VLLMClient
 
-    tp2 = _fake_trainer()
-    tp2.vllm_generation = types.SimpleNamespace(llm=LLM(), tensor_parallel_size=2, enable_sleep_mode=False)
-    assert isinstance(generator_for_trainer(tp2, model, tokenizer), HFGenerator)  # a collective call: not per episode
-    assert isinstance(generator_for_trainer(_fake_trainer(use_vllm=False), model, tokenizer), HFGenerator)
+    from grpo_magic.trainer import vllm_engine
+
+    trainer, policy = trl_vllm_trainer(use_vllm=True, vllm_mode="server", vllm_server_url=vllm_server.url)
+    client = trainer.vllm_generation.vllm_client
+    assert isinstance(client, VLLMClient) and client.base_url == vllm_server.url
+    engine = vllm_engine(trainer)
+    assert (engine.mode, engine.client, engine.base_url) == ("server", client, vllm_server.url)
+    _, tokenizer = tiny
+    generator = generator_for_trainer(trainer, policy, tokenizer)
+    assert isinstance(generator, VLLMServerGenerator) and generator.client is client
+    assert [p for _, p, _ in vllm_server.requests] == ["/health", "/v1/models", "/server_info?config_format=json"]
+    assert generator.generate("Say hi: ") == REPLY  # cut at the end of the turn
+    (payload,) = vllm_server.posts()
+    assert payload["prompt"] == [tokenizer("Say hi: ", add_special_tokens=False)["input_ids"]]
+    assert {k: payload[k] for k in ("n", "max_tokens", "temperature", "top_p", "top_k", "logprobs")} == {
+        "n": 1, "max_tokens": 32, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "logprobs": None}
+
+
+def test_a_process_without_trl_s_client_connects_to_the_server_itself(trl_vllm_trainer, vllm_server, tiny):
+    from trl.generation.vllm_client import VLLMClient
+
+    trainer, policy = trl_vllm_trainer(main_process=False, use_vllm=True, vllm_mode="server",
+                                       vllm_server_url=vllm_server.url)
+    assert not hasattr(trainer.vllm_generation, "vllm_client")  # TRL gives only the main process a client
+    _, tokenizer = tiny
+    generator = generator_for_trainer(trainer, policy, tokenizer)
+    assert generator.client is None and generator.base_url == vllm_server.url
+    assert vllm_server.requests == []  # nothing until an episode generates
+    assert generator.chat([{"role": "user", "content": "hi"}], max_new_tokens=5) == REPLY
+    assert isinstance(generator.client, VLLMClient)
+    assert [(m, p) for m, p, _ in vllm_server.requests] == [
+        ("GET", "/health"), ("GET", "/v1/models"), ("POST", "/v1/completions")]
+    assert vllm_server.posts()[0]["max_tokens"] == 5
+
+
+@pytest.mark.parametrize(("params", "overrides", "why"), [
+    ({"vllm_tensor_parallel_size": 2}, {}, "collective call"),
+    ({}, {"vllm_enable_sleep_mode": True}, "sleep mode"),
+])
+def test_colocate_engines_that_cannot_take_one_request_leave_episodes_to_hf_generate(
+        trl_vllm_trainer, tiny, caplog, params, overrides, why):
+    trainer, policy = trl_vllm_trainer(use_vllm=True, vllm_mode="colocate", overrides=overrides, **params)
+    _, tokenizer = tiny
+    with caplog.at_level("WARNING", logger="grpo_magic.trainer"):
+        generator = generator_for_trainer(trainer, policy, tokenizer)
+    assert isinstance(generator, HFGenerator) and why in caplog.text
+    assert trainer.vllm_generation.llm.requests == [] and isinstance(generator.generate("Say a: "), str)
+
+
+def test_without_vllm_episodes_generate_with_the_policy(trl_vllm_trainer, tiny):
+    from grpo_magic.trainer import vllm_engine
+
+    trainer, policy = trl_vllm_trainer(use_vllm=False)
+    _, tokenizer = tiny
+    generator = generator_for_trainer(trainer, policy, tokenizer)
+    assert vllm_engine(trainer) is None and isinstance(generator, HFGenerator) and generator.model is policy
+    assert generator.sampling == {"temperature": 0.7, "top_p": 0.9, "top_k": 20} and generator.max_new_tokens == 32
 
 
 def test_a_required_generator_parameter_is_not_taken_for_a_missing_column():
     from grpo_magic.env import check_episode_signature
 
-    check_episode_signature(GeneratorEnv(), ["prompt"])
+    check_episode_signature(GeneratorEnv(), ["prompt"])  # generator is ours to give: no error
+
+    class NeedsRoom(GeneratorEnv):
+        def score_episode(self, model, tokenizer, completion, prompt, generator, room):
+            return 0.0
+
+    with pytest.raises(GRPOMagicError, match="needs 'room'"):  # while a real column that is missing is named
+        check_episode_signature(NeedsRoom(), ["prompt"])
 
 
 # ---------------------------------------------------------------- notebook to cluster

@@ -184,8 +184,21 @@ def test_importing_grpo_magic_stays_light():
     assert out.strip() == "[]"
 
 
+class ThreadWatch(TrainerCallback):
+    """Records the thread that trains (TRL calls its callbacks from the training loop)."""
+
+    def __init__(self):
+        self.threads: set[threading.Thread] = set()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.threads.add(threading.current_thread())
+
+
 def test_background_training_thread_is_named_and_ends(in_tmp):
-    run = train(GRPOParams(**FAST, max_steps=1), LettersEnv(), blocking=False)
-    assert any(t.name == "grpo-magic-train" for t in threading.enumerate()) or run.done
+    watch = ThreadWatch()
+    run = train(GRPOParams(**FAST, max_steps=1), LettersEnv(), blocking=False, callbacks=[watch])
+    assert threading.current_thread().name != "grpo-magic-train"
     run.wait(timeout=120)
-    assert run.status == "completed"
+    (thread,) = watch.threads
+    assert run.status == "completed" and thread.name == "grpo-magic-train" and thread.daemon
+    assert not thread.is_alive()  # ended, and joined by wait()
