@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import GRPOMagicError
 from ..text import one_line
 from .tiny import TINY, tiny_model_path
+from .warmstart import TINY_AGENT
 
 if TYPE_CHECKING:
     import peft
@@ -26,7 +27,7 @@ _HUB_TIMEOUT = 5.0
 _HUB_DEADLINE = 8.0
 
 #: The models built on this machine instead of downloaded: name -> the function that gives their folder.
-OFFLINE_MODELS: dict[str, Callable[[], pathlib.Path]] = {TINY: tiny_model_path}
+OFFLINE_MODELS: dict[str, Callable[[], pathlib.Path]] = {TINY: tiny_model_path, TINY_AGENT.name: TINY_AGENT.path}
 
 def _not_found(name: str) -> GRPOMagicError:
     return GRPOMagicError(

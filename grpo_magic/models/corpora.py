@@ -1,0 +1,74 @@
+"""Synthetic training chats for the warm-started offline models (``warmstart``), deterministic from a seed.
+
+Each corpus teaches a *format* reliably and leaves a *choice* for GRPO to improve: a model that is
+always right gives every completion of a group the same reward (no learning signal), and one that
+never tries gives nothing to reinforce.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+#: Cities that are one token in ``tiny``'s vocabulary, so copying one into a tool call is one step.
+AGENT_CITIES = ("Paris", "Madrid", "London", "Rome", "Berlin", "Tokyo", "Lima", "Oslo")
+WEATHER = ("sunny", "rainy", "snowy", "cloudy", "windy")
+WEATHER_QUESTIONS = ("What is the weather in {c}?", "How is the weather in {c} today?", "Weather in {c}?",
+                     "Is it raining in {c}?")
+TIME_QUESTIONS = ("What time is it in {c}?", "Local time in {c}?", "What is the time in {c} now?")
+#: Share of the tool-use demonstrations that call the tool the question asks for (the others call the other one).
+RIGHT_TOOL_SHARE = 0.5
+
+
+def get_weather(city: str) -> str:
+    """Get today's weather in a city.
+
+    Args:
+        city: The city name.
+    """
+    raise NotImplementedError  # only its schema is used: the corpus writes the results itself
+
+
+def get_time(city: str) -> str:
+    """Get the local time in a city.
+
+    Args:
+        city: The city name.
+    """
+    raise NotImplementedError
+
+
+def agent_tools() -> list[dict[str, Any]]:
+    """The function schemas of the corpus's tools, derived as TRL derives them for an agent env's methods."""
+    from transformers.utils import get_json_schema
+
+    return [get_json_schema(get_weather), get_json_schema(get_time)]
+
+
+def tool_use_corpus(seed: int, size: int = 800) -> list[dict[str, Any]]:
+    """Weather and time questions answered by a tool call, the tool's result, then a one-line answer.
+
+    The call is always well formed and its ``city`` is the one asked about; the *tool* is the one the
+    question asks for in only ``RIGHT_TOOL_SHARE`` of the chats, so a model trained on them picks the
+    right tool about half the time: what GRPO then improves.
+    """
+    rng = random.Random(f"tool-use-{seed}")
+    tools = agent_tools()
+    chats = []
+    for _ in range(size):
+        city = rng.choice(AGENT_CITIES)
+        asks_weather = rng.random() < 0.5
+        question = rng.choice(WEATHER_QUESTIONS if asks_weather else TIME_QUESTIONS).format(c=city)
+        right = rng.random() < RIGHT_TOOL_SHARE
+        weather_tool = asks_weather == right
+        tool = "get_weather" if weather_tool else "get_time"
+        result = (f"{rng.choice(WEATHER)} in {city}" if weather_tool
+                  else f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d} in {city}")
+        chats.append({"tools": tools, "messages": [
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": "",
+             "tool_calls": [{"type": "function", "function": {"name": tool, "arguments": {"city": city}}}]},
+            {"role": "tool", "name": tool, "content": result},
+            {"role": "assistant", "content": f"It is {result}."},
+        ]})
+    return chats
