@@ -15,6 +15,7 @@ from typing import TextIO
 
 from .dashboard.state import RunView
 from .events import (
+    EnvSwapped,
     EpisodeError,
     Event,
     GroupScored,
@@ -113,6 +114,10 @@ class TerminalProgress:
                         f"{shorten(event.message, self._width() - 40)} (no reward for that completion; "
                         "further errors of this kind are counted on the progress line)"
                     )
+            elif isinstance(event, EnvSwapped):
+                previous = f" (was {event.previous_hash})" if event.previous_hash else ""
+                self._write_line(f"grpo: env swapped: step {event.step} on is scored by {event.class_name} "
+                                 f"({event.env_name}, source {event.source_hash}{previous})")
             elif isinstance(event, StepLogged):
                 self._on_step(event)
             elif isinstance(event, RunFinished):
