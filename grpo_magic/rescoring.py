@@ -18,7 +18,6 @@ import inspect
 import json
 import math
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -237,27 +236,27 @@ def _tokenizer(log_dir: Path, params: dict[str, Any]) -> Any:
 
 
 def advantage_settings(params: dict[str, Any]) -> dict[str, Any]:
-    """What TRL's advantage formula used in that run, read from the GRPOConfig its params build.
+    """What TRL's advantage formula used in that run: its GRPOConfig's ``scale_rewards``,
+    ``multi_objective_aggregation`` and reward weight.
 
-    ``GRPOParams`` sets none of them today, so they are TRL's defaults (``scale_rewards`` "group",
-    ``multi_objective_aggregation`` "sum_then_normalize", weight 1); building the config keeps
-    this true if a parameter for them is added.
+    They are what the run's params passed to ``GRPOConfig`` (``GRPOParams.grpo_config_kwargs``),
+    else ``GRPOConfig``'s defaults (today ``GRPOParams`` sets none of them: "group",
+    "sum_then_normalize", weight 1). The config itself is never built: building a
+    ``TrainingArguments`` resets accelerate's state under a run training in this process.
     """
+    import dataclasses
+
     from trl import GRPOConfig
 
+    names = ("scale_rewards", "multi_objective_aggregation", "reward_weights")
+    values = {f.name: f.default for f in dataclasses.fields(GRPOConfig) if f.name in names}
     try:
         known = {f.name for f in GRPOParams.fields()}
         run_params = GRPOParams(**{k: v for k, v in params.items() if k in known})
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            config = run_params.to_grpo_config(str(run_params.project_name), bf16=False, use_vllm=False,
-                                               report_to=[], push_to_hub=False, use_cpu=True)
-        values = {k: getattr(config, k) for k in ("scale_rewards", "multi_objective_aggregation", "reward_weights")}
-    except Exception:  # noqa: BLE001 - params this GRPOConfig rejects: its defaults, the same in practice
-        import dataclasses
-
-        defaults = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
-        values = {k: defaults.get(k) for k in ("scale_rewards", "multi_objective_aggregation", "reward_weights")}
+        kwargs = run_params.grpo_config_kwargs(str(run_params.project_name))
+    except Exception:  # noqa: BLE001 - params this version cannot read: the defaults, the same in practice
+        kwargs = {}
+    values.update({k: kwargs[k] for k in names if k in kwargs})
     weights = values.pop("reward_weights") or [1.0]
     return {**values, "reward_weight": float(weights[0])}
 
