@@ -173,7 +173,10 @@ class GrpoMagics(Magics):
             unregister_env(name)
             if previous is not None:
                 register_env(previous.cls, name, config=previous.config, source=previous.source, code=previous.code)
-            raise UsageError(str(exc)) from None
+            message = str(exc)
+            if args.swap and not message.startswith("Swap refused"):
+                message = f"Swap refused, the run goes on with its env: {message}"
+            raise UsageError(message) from None
         return spec
 
     @staticmethod

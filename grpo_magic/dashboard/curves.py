@@ -101,7 +101,8 @@ class Curves:
         for name, values in parts.items():
             if name not in self.component_lines:
                 color = COMPONENT_COLORS[len(self.component_lines) % len(COMPONENT_COLORS)]
-                (self.component_lines[name],) = self.component_ax.plot([], [], color=color, linewidth=1.2, label=name)
+                (self.component_lines[name],) = self.component_ax.plot([], [], color=color, linewidth=1.2,
+                                                                         markersize=2.5, label=name)
             self.component_lines[name].set_data(x[: len(values)], series(name, parts))
             self.component_lines[name].set_marker(marker)
         for ax, (name, _title, _color, ylim) in zip(self.axes, self._PANELS, strict=False):
@@ -164,4 +165,9 @@ class Curves:
         self.swap_marks = [
             ax.axvline(step - 0.5, color="#9333ea", linewidth=0.9, linestyle="--", alpha=0.8)
             for step in swaps for ax in self.axes[: len(self._PANELS)]
+        ]
+        self.swap_marks += [  # named once, on the reward panel
+            self.axes[0].text(step - 0.5, 0.02, " env swap", transform=self.axes[0].get_xaxis_transform(),
+                              fontsize=6, color="#9333ea", va="bottom")
+            for step in swaps
         ]
