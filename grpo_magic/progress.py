@@ -3,7 +3,7 @@
 It folds each event into the same ``RunView`` the notebook dashboard renders, and prints: one
 progress line per logged step (updated in place with a carriage return on a TTY, one line per step
 otherwise, so that logs and CI output stay readable), a short look at the latest group(s) every few
-steps, status changes, the first error of each kind, and the final line.
+steps, status changes, env swaps, the first error of each kind, and the final line.
 """
 
 from __future__ import annotations
