@@ -282,6 +282,8 @@ def trl_advantages(groups: list[list[float | None]], settings: dict[str, Any]) -
     (``None``, TRL's NaN) is left out of its group's mean and std and gets advantage 0; the std is
     ``nanstd`` of the group (``scale_rewards`` "group"/"none") or of the whole batch ("batch"),
     plus 1e-4; "none" does not divide; ``normalize_then_sum`` normalizes per group, then over the batch.
+    Written out here because TRL computes it inline in that method, with no function to call on
+    new rewards; a test holds it to the advantages TRL itself logged for the same scores.
     """
     w = settings.get("reward_weight", 1.0)
     scale = settings.get("scale_rewards", "group")
