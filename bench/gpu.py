@@ -219,7 +219,7 @@ def _hotel_env_class():
     class HotelEnvForcedTurn(HotelEnv):
         """HotelEnv whose episodes always continue: the case's search call comes first."""
 
-        def score_episode(self, model, tokenizer, completion: str, case_idx: int) -> float:
+        def score_episode(self, model, tokenizer, completion: str, case_idx: int) -> dict[str, float]:
             first = self.solution_turns(case_idx)[0]
             return super().score_episode(model, tokenizer, f"{first}\n{completion}", case_idx)
 
@@ -243,7 +243,8 @@ def run_plain_hotel(model_path: str, work: dict[str, Any]) -> dict[str, Any]:
         model.eval()
         try:
             with torch.no_grad():
-                return [env.score_episode(model, holder["tokenizer"], c, i)
+                # HotelEnv returns {"score": ..., **rubric breakdown}: a plain TRL reward wants the number
+                return [env.score_episode(model, holder["tokenizer"], c, i)["score"]
                         for c, i in zip(completions, case_idx, strict=True)]
         finally:
             model.train(was_training)

@@ -16,6 +16,9 @@ Figures (see bench/RESULTS.md for what each one times and the latest numbers):
 - dashboard_ms_per_event, memory: the dashboard's cost per event at the throttled rate, and
   memory of the dashboard and of a run's event handling after 1,000 and 10,000 synthetic steps.
 - learn_seconds: seconds (and steps) until the letters env's mean reward first exceeds a threshold.
+- rescore_throughput: ``grpo_magic.rescore`` of a real run log with a 50 ms-latency env, completions
+  per second, sequential vs ``rl_env_workers`` threads vs ``async def score_episode`` (goal >= 80%
+  of the ideal speedup).
 
 Each figure is measured in fresh subprocesses (``--worker NAME``) so that one benchmark's imports,
 threads and memory never leak into another's. Benchmarks are scripts, never timed test assertions.
@@ -51,6 +54,7 @@ QUICK = {
     "import": {"runs": 3},
     "dashboard": {"paced_steps": 500, "step_s": 0.1, "memory_steps": (1000, 10000)},
     "learn": {"runs": 1, "max_steps": 60},
+    "rescore": {"steps": 2, "episodes": 32, "latency_s": 0.05, "workers": 32, "reps": 2},
 }
 FULL = {
     "overhead": {"procs": 2, "reps": 4, "steps": 500, "sides": ["B", "A"]},
@@ -58,6 +62,7 @@ FULL = {
     "import": {"runs": 7},
     "dashboard": {"paced_steps": 2000, "step_s": 0.1, "memory_steps": (1000, 10000)},
     "learn": {"runs": 3, "max_steps": 60},
+    "rescore": {"steps": 4, "episodes": 32, "latency_s": 0.05, "workers": 32, "reps": 3},
 }
 GOALS = {"overhead_ratio": 1.03, "scoring_efficiency": 0.8}
 
@@ -646,7 +651,35 @@ def worker_learn(args: dict[str, Any]) -> dict[str, Any]:
             "rewards": cb.rewards, "status": run.status}
 
 
+def worker_rescore(args: dict[str, Any]) -> dict[str, Any]:
+    """Log a short real run, then rescore its completions with a latency-bound env, three ways."""
+    from grpo_magic import GRPOParams, rescore, train
+
+    n, latency, steps = args["episodes"], args["latency_s"], args["steps"]
+    out = tempfile.mkdtemp(prefix="bench-rescore-")
+    params = GRPOParams(model="tiny", project_name=out, batch_size=n, rl_num_generations=8, rl_max_new_tokens=8,
+                        rl_kl_coef=0.0, max_steps=steps, rl_env_config=json.dumps({"latency_s": 0.0}))
+    with _silence():
+        run = train(params, LatencyEnv, display=False)
+    assert run.status == "completed", run.reason
+    modes = {"sequential": (LatencyEnv, 1), "threads": (LatencyEnv, args["workers"]), "async": (AsyncLatencyEnv, 1)}
+    rescore(run.output_dir, LatencyEnv(latency_s=0.0))  # warm-up: imports, the tokenizer's first load
+    results: dict[str, Any] = {}
+    for mode, (env_cls, workers) in modes.items():
+        walls, scoring, completions = [], [], 0
+        for _ in range(args["reps"]):
+            t = time.perf_counter()
+            report = rescore(run.output_dir, env_cls(latency_s=latency), workers=workers)
+            walls.append(time.perf_counter() - t)
+            scoring.append(report.summary["seconds"])
+            completions = report.summary["completions"]
+            assert report.summary["errors"] == 0
+        results[mode] = {"wall_s": walls, "scoring_s": scoring, "completions": completions, "workers": workers}
+    return results
+
+
 WORKERS = {
+    "rescore": worker_rescore,
     "overhead": worker_overhead,
     "scoring": worker_scoring,
     "import": worker_import,
@@ -799,12 +832,39 @@ def bench_learn(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
     }
 
 
+def bench_rescore(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
+    res = _worker("rescore", cfg, threads)
+    n = res["sequential"]["completions"]
+    out: dict[str, Any] = {}
+    for mode, r in res.items():
+        wall, scoring = statistics.median(r["wall_s"]), statistics.median(r["scoring_s"])
+        out[mode] = {"completions_per_s": round(n / wall, 1), "scoring_completions_per_s": round(n / scoring, 1),
+                     "wall_ms": round(1000 * wall, 1), "scoring_ms": round(1000 * scoring, 1), "workers": r["workers"]}
+    for mode in ("threads", "async"):
+        ideal = min(n, out[mode]["workers"]) if mode == "threads" else n
+        speedup = out["sequential"]["scoring_ms"] / out[mode]["scoring_ms"]  # the episodes: what concurrency speeds up
+        out[mode].update(speedup=round(speedup, 2), ideal=ideal, efficiency=round(speedup / ideal, 3),
+                         ok=speedup / ideal >= GOALS["scoring_efficiency"])
+    log("  rescore done")
+    return {
+        "rescore_throughput": {
+            **out, "completions": n, "latency_s": cfg["latency_s"], "reps": cfg["reps"],
+            "goal_efficiency": GOALS["scoring_efficiency"],
+            "timed": "scoring_*: the episodes of every logged completion through EnvReward (the report's "
+                     "summary['seconds']), which the speedup compares; completions_per_s/wall_ms: the whole "
+                     "grpo_magic.rescore(output_dir, env) call (reading the run log, loading the tokenizer, the "
+                     "advantages too); medians of reps, after a warm-up call",
+        }
+    }
+
+
 BENCHMARKS = {
     "overhead": bench_overhead,
     "scoring": bench_scoring,
     "import": bench_import,
     "dashboard": bench_dashboard,
     "learn": bench_learn,
+    "rescore": bench_rescore,
 }
 
 
@@ -834,6 +894,12 @@ def _summary_lines(r: dict[str, Any]) -> list[str]:
         for target, m in r["memory"].items():
             lines.append(f"memory {target:10s}         +{m['growth_kib_per_1k_steps_after_first_1k']} KiB per 1k steps "
                          f"after the first 1k ({ {k: v for k, v in m.items() if k.startswith('traced')} })")
+    if "rescore_throughput" in r:
+        rs = r["rescore_throughput"]
+        lines.append(f"rescore completions/s     sequential {rs['sequential']['scoring_completions_per_s']}, threads "
+                     f"{rs['threads']['scoring_completions_per_s']} ({rs['threads']['speedup']}x of ideal "
+                     f"{rs['threads']['ideal']}x), async {rs['async']['scoring_completions_per_s']} "
+                     f"({rs['async']['speedup']}x of ideal {rs['async']['ideal']}x)")
     if "learn_seconds" in r:
         learn = r["learn_seconds"]
         lines.append(f"learn_seconds             {learn['median']} s to reward > {learn['threshold']} "
@@ -912,6 +978,18 @@ def results_markdown(results: list[dict[str, Any]]) -> str:
     row("  with lr 5e-3, kl 0 (60 steps)", "",
         lambda r: f"best mean reward {r['learn_seconds']['reference_lr_5e-3']['max_reward']}; "
                   f"> 0.6: {r['learn_seconds']['reference_lr_5e-3']['reached']}")
+    for mode, label in (("threads", "sync, `rl_env_workers` 32"), ("async", "`async def score_episode`")):
+        row(f"rescore_throughput, {label}", "≥ 80% of ideal",
+            lambda r, mode=mode: (f"{r['rescore_throughput'][mode]['scoring_completions_per_s']} completions/s "
+                                  f"({r['rescore_throughput'][mode]['completions_per_s']} for the whole call) = "
+                                  f"{r['rescore_throughput'][mode]['speedup']}x sequential, of ideal "
+                                  f"{r['rescore_throughput'][mode]['ideal']}x "
+                                  f"({100 * r['rescore_throughput'][mode]['efficiency']:.0f}%, "
+                                  f"{ok(r['rescore_throughput'][mode]['ok'])})"))
+    row("  rescore, sequential (50 ms episodes; ideal 20/s)", "",
+        lambda r: (f"{r['rescore_throughput']['sequential']['scoring_completions_per_s']} completions/s "
+                   f"({r['rescore_throughput']['sequential']['completions_per_s']} for the whole call); "
+                   f"{r['rescore_throughput']['completions']} completions of a real run log"))
     row("benchmark wall time", "", lambda r: f"{r['bench_seconds']:.0f} s")
     machine = (f"{m['nproc']} cores ({m['cpu']}), {m['ram_gib']} GiB RAM, Python {m['python']}, torch {v.get('torch')}, "
                f"transformers {v.get('transformers')}, trl {v.get('trl')}, ipywidgets {v.get('ipywidgets')}, "

@@ -5,7 +5,8 @@ room in Lisbon for 2 nights from 2026-03-10 under 150 per night for Ana Silva").
 tools (``search_rooms``, ``get_room``, ``book_room``, ``cancel_booking``) against a small simulated
 hotel system; ``score_episode`` runs the tool calls of the completion, feeds the results back,
 lets the model continue for up to ``max_turns`` assistant turns, and scores the outcome with
-partial credit (see ``RUBRIC``).
+partial credit (see ``RUBRIC``); it returns ``{"score": ..., **breakdown}``, so that each rubric part
+is a reward component of its own in the dashboard and ``run.history`` (``components/<part>``).
 
 Design choices worth knowing when you copy this file:
 
@@ -671,9 +672,14 @@ class HotelEnv:
 
     def score_episode(
         self, model: Any, tokenizer: Any, completion: str, case_idx: int, generator: Any = None
-    ) -> float:
-        """Run the episode that starts with ``completion`` and score it (0..1, see ``RUBRIC``)."""
-        return self.run_episode(model, tokenizer, completion, case_idx, generator=generator).score
+    ) -> dict[str, float]:
+        """Run the episode that starts with ``completion``; its score (0..1) and the ``RUBRIC`` breakdown.
+
+        ``{"score": ..., "attempt": ..., "search": ..., ...}``: every rubric part's fraction in [0, 1]
+        is a reward component, shown on its own curve and card line (``score`` is their weighted sum).
+        """
+        result = self.run_episode(model, tokenizer, completion, case_idx, generator=generator)
+        return {"score": result.score, **result.breakdown}
 
     # -- helpers for users, tests and teaching -------------------------------------------------
     def prompt(self, case_idx: int) -> list[dict[str, str]]:

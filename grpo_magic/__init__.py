@@ -29,6 +29,7 @@ __all__ = [
     "register_env",
     "registered_envs",
     "replay",
+    "rescore",
     "train",
     "unload_ipython_extension",
 ]
@@ -46,6 +47,13 @@ def check_env(*args: Any, **kwargs: Any) -> Any:
     from .check import check_env as _check_env
 
     return _check_env(*args, **kwargs)
+
+
+def rescore(run_or_dir: Any = None, env: Any = None, **kwargs: Any) -> Any:
+    """Score a run log's completions again with ``env`` as it is now (see ``grpo_magic.rescoring``)."""
+    from .rescoring import rescore as _rescore
+
+    return _rescore(run_or_dir, env, **kwargs)
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -78,7 +78,10 @@ class GroupScored(Event):
     """One prompt's group of completions with the env's scores and the advantages TRL used.
 
     ``scores[i]`` is None for an episode error (see ``errors[i]``). ``clipped[i]`` is True when
-    the env returned a value outside [0, 1] that was clipped.
+    the env returned a value outside [0, 1] that was clipped. ``components[i]`` holds the numbers
+    ``score_episode`` returned besides ``"score"`` and ``warnings[i]`` what was wrong with them (both
+    empty lists when the env returns plain numbers). ``columns`` is the prompt's dataset row beyond
+    the prompt text, so that ``rescore`` can score the completions again with the same arguments.
     """
 
     step: int
@@ -91,6 +94,9 @@ class GroupScored(Event):
     clipped: list[bool]
     raw_scores: list[Any] = field(default_factory=list)
     latency_s: list[float] = field(default_factory=list)
+    components: list[dict[str, float]] = field(default_factory=list)
+    warnings: list[list[str]] = field(default_factory=list)
+    columns: dict[str, Any] = field(default_factory=dict)
     #: Agent envs: per completion, the episode's turns after the prompt (assistant text and tool calls, tool
     #: results); empty for single-turn envs, whose completion is the whole episode.
     transcripts: list[list[dict[str, Any]]] = field(default_factory=list)
@@ -129,6 +135,22 @@ class StepLogged(Event):
 
 
 @dataclass
+class EnvSwapped(Event):
+    """A running run scores with another env class from ``step`` on (``%%grpo_env NAME --swap``).
+
+    ``source_hash`` is a short SHA-256 of the new class's source, so that the run log says which
+    version of the code scored which steps; ``previous_hash`` is the one it replaced.
+    """
+
+    step: int
+    env_name: str
+    class_name: str
+    source_hash: str
+    previous_hash: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class RunFinished(Event):
     """The end of a run: ``completed``, ``stopped`` or ``failed``, with the reason and what was saved."""
 
@@ -145,6 +167,7 @@ EVENT_TYPES_BY_CLASS: dict[type, str] = {
     EpisodeError: "episode_error",
     GroupScored: "group_scored",
     StepLogged: "step_logged",
+    EnvSwapped: "env_swapped",
     RunFinished: "run_finished",
 }
 EVENT_CLASSES_BY_TYPE: dict[str, type] = {v: k for k, v in EVENT_TYPES_BY_CLASS.items()}

@@ -125,19 +125,25 @@ class GrpoMagics(Magics):
     @no_var_expand
     @cell_magic
     def grpo_env(self, line: str, cell: str) -> EnvSpec:
-        """Register the environment class this cell defines: %%grpo_env [NAME] [--config JSON]
+        """Register the environment class this cell defines: %%grpo_env [NAME] [--config JSON] [--swap]
 
         The cell runs in your namespace (the class stays usable as a normal name). The class with
         build_dataset and score_episode is registered; NAME picks one when the cell defines
-        several. Re-running the cell replaces the registration.
+        several. Re-running the cell replaces the registration. A run already training keeps the
+        class it started with, unless --swap: it then scores with the new class from its next step
+        on (same config unless --config is given), after the same checks as before training.
         """
         parser = OneLineParser(prog="%%grpo_env", add_help=False)
         parser.add_argument("name", nargs="?")
         parser.add_argument("--config", default=None)
+        parser.add_argument("--swap", action="store_true")
         args = _parse(parser, line)
         problem = GRPOParams.check_value("rl_env_config", args.config)
         if problem:
             raise UsageError(problem.replace("rl_env_config (--rl-env-config)", "--config"))
+        running = active_run()
+        if args.swap:
+            self._check_swap_target(running, args.name)
         code = self.shell.transform_cell(cell)
         try:
             tree = ast.parse(code)
@@ -155,15 +161,22 @@ class GrpoMagics(Magics):
         candidates = {n: c for n, c in classes.items() if is_env_class(c)}
         cls = self._pick_class(args.name, classes, candidates)
         name = args.name or cls.__name__
+        if args.swap:
+            self._check_swap_target(running, name)
         previous = registered_envs().get(name)
         try:
             spec = register_env(cls, name, config=args.config, source="cell", code=cell)
-            self._summary(spec)  # builds and checks the dataset: a bad env is not kept registered
+            # builds and checks the dataset (a bad env is not kept registered), then swaps when asked
+            self._summary(spec, swap=running if args.swap else None, config=args.config,
+                          running=running if running is not None and running.env_name == name else None)
         except GRPOMagicError as exc:
             unregister_env(name)
             if previous is not None:
                 register_env(previous.cls, name, config=previous.config, source=previous.source, code=previous.code)
-            raise UsageError(str(exc)) from None
+            message = str(exc)
+            if args.swap and not message.startswith("Swap refused"):
+                message = f"Swap refused, the run goes on with its env: {message}"
+            raise UsageError(message) from None
         return spec
 
     @staticmethod
@@ -189,8 +202,22 @@ class GrpoMagics(Magics):
         raise UsageError("The %%grpo_env cell defines no class; define a class with build_dataset(self, tokenizer) "
                          "and score_episode(self, model, tokenizer, completion, ...).")
 
-    def _summary(self, spec: EnvSpec) -> None:
-        """Build the dataset once (which validates it) and show what the env gives the model."""
+    @staticmethod
+    def _check_swap_target(running: Any, name: str | None) -> None:
+        """--swap needs a run training on env NAME: said before the cell runs when NAME is given."""
+        if running is None:
+            raise UsageError("--swap needs a run that is training, and none is; drop --swap to register the env, or "
+                             "start a run with %grpo_train --run.")
+        if name is not None and name != running.env_name:
+            raise UsageError(f"--swap: the run that is training scores with env {running.env_name}, not {name}; name "
+                             f"its env: %%grpo_env {running.env_name} --swap.")
+
+    def _summary(self, spec: EnvSpec, *, swap: Any = None, config: str | None = None, running: Any = None) -> None:
+        """Build the dataset once (which validates it) and show what the env gives the model.
+
+        ``swap``: the run to hand the new class to (``run.swap_env``); ``running``: a run training
+        on this env's name, which keeps the class it started with (the summary says so).
+        """
         from IPython.display import HTML, display
 
         from .env import ENV_PROMPT_COLUMN, prompt_text
@@ -204,6 +231,14 @@ class GrpoMagics(Magics):
             except GRPOMagicError:
                 continue
         prepared = prepare_env(spec, tokenizer)
+        note = ""
+        if swap is not None:
+            swap.swap_env(spec, config=json.loads(config) if config else None)
+            note = (f"<br><b>swap</b>: the run training on {html.escape(spec.name)} (step {swap.step}) scores with "
+                    "this class from its next step on (an <code>env_swapped</code> event in its run log)")
+        elif running is not None:
+            note = (f"<br>a run is training on {html.escape(spec.name)} (step {running.step}): it keeps the class it "
+                    "started with; re-run this cell with <code>--swap</code> to score its next steps with this one")
         data = prepared.dataset
         columns = [c for c in data.column_names if c != ENV_PROMPT_COLUMN]
         first = data[0]["prompt"]
@@ -218,7 +253,7 @@ class GrpoMagics(Magics):
             f"dataset: {len(data)} prompts, columns: {html.escape(', '.join(columns))}<br>tools: {html.escape(tools)}"
             f"<details><summary>first prompt as the model sees it ({html.escape(model)} tokenizer)</summary>"
             f"<pre style='white-space:pre-wrap'>{html.escape(first)}</pre></details>"
-            f"<!-- {html.escape(original[:80])} --></div>"
+            f"<!-- {html.escape(original[:80])} -->{note}</div>"
         ))
 
     # ------------------------------------------------------------ %grpo_train
@@ -300,6 +335,39 @@ class GrpoMagics(Magics):
         except GRPOMagicError as exc:
             raise UsageError(str(exc)) from None
         return report
+
+    # ------------------------------------------------------------ %grpo_rescore
+
+    @no_var_expand
+    @line_magic
+    def grpo_rescore(self, line: str = "") -> Any:
+        """Score a run's logged completions with an env as it is now: %grpo_rescore [OUTPUT_DIR] --env NAME [--steps A:B]
+
+        Nothing is generated: the completions, prompts and dataset rows come from the run log
+        (default: the last run of this session; a folder copied from elsewhere works too). The
+        report shows old and new scores and advantages (TRL's formula, the run's settings), groups
+        whose ranking changed first. --steps A:B includes both ends (A: and :B are open).
+        """
+        parser = OneLineParser(prog="%grpo_rescore", add_help=False)
+        parser.add_argument("output_dir", nargs="?")
+        parser.add_argument("--env", default=None)
+        parser.add_argument("--steps", default=None)
+        parser.add_argument("--rl-env-workers", dest="workers", type=int, default=None)
+        args = _parse(parser, line)
+        if args.workers is not None and args.workers < 1:
+            raise UsageError(f"--rl-env-workers must be at least 1, got {args.workers}.")
+        from .rescoring import parse_steps, rescore
+
+        try:
+            parse_steps(args.steps)
+            target = args.output_dir or last_run()
+            if target is None:
+                raise GRPOMagicError("No run to rescore in this session; pass its output folder: %grpo_rescore "
+                                     "OUTPUT_DIR --env NAME.")
+            env_name = self._env_name(args.env, GRPOParams())
+            return rescore(target, env_name, steps=args.steps, workers=args.workers)
+        except GRPOMagicError as exc:
+            raise UsageError(str(exc)) from None
 
     # ------------------------------------------------------------ %grpo_envs, %grpo_stop, %grpo_export
 

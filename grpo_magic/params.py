@@ -309,6 +309,14 @@ class GRPOParams:
         """Map to ``trl.GRPOConfig`` (docs/architecture.md, "Parameters"); ``overrides`` win."""
         from trl import GRPOConfig
 
+        return GRPOConfig(**self.grpo_config_kwargs(output_dir, **overrides))
+
+    def grpo_config_kwargs(self, output_dir: str | None = None, **overrides: Any) -> dict[str, Any]:
+        """The ``GRPOConfig`` keyword arguments of these params, without building the config.
+
+        Building a ``TrainingArguments`` resets accelerate's process state, which a run training in
+        this process needs: readers of a run's settings (``rescore``) use these instead.
+        """
         from .models import has_cuda, supports_bf16
 
         kwargs: dict[str, Any] = dict(
@@ -345,7 +353,7 @@ class GRPOParams:
         if self.vllm_server_url:
             kwargs["vllm_server_base_url"] = self.vllm_server_url
         kwargs.update(overrides)
-        return GRPOConfig(**kwargs)
+        return kwargs
 
 
 @functools.cache

@@ -3,7 +3,7 @@
 It folds each event into the same ``RunView`` the notebook dashboard renders, and prints: one
 progress line per logged step (updated in place with a carriage return on a TTY, one line per step
 otherwise, so that logs and CI output stay readable), a short look at the latest group(s) every few
-steps, status changes, the first error of each kind, and the final line.
+steps, status changes, env swaps, the first error of each kind, and the final line.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import TextIO
 
 from .dashboard.state import RunView
 from .events import (
+    EnvSwapped,
     EpisodeError,
     Event,
     GroupScored,
@@ -113,6 +114,10 @@ class TerminalProgress:
                         f"{shorten(event.message, self._width() - 40)} (no reward for that completion; "
                         "further errors of this kind are counted on the progress line)"
                     )
+            elif isinstance(event, EnvSwapped):
+                previous = f" (was {event.previous_hash})" if event.previous_hash else ""
+                self._write_line(f"grpo: env swapped: step {event.step} on is scored by {event.class_name} "
+                                 f"({event.env_name}, source {event.source_hash}{previous})")
             elif isinstance(event, StepLogged):
                 self._on_step(event)
             elif isinstance(event, RunFinished):

@@ -10,6 +10,7 @@ trainer turns into events once TRL has computed the advantages.
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,9 @@ class BatchRecord:
     outcomes: list[EpisodeOutcome] = field(default_factory=list)
     #: Agent envs: per completion, the episode's turns (``agent.transcript``); empty for single-turn envs.
     transcripts: list[list[dict[str, Any]]] = field(default_factory=list)
+    #: Each completion's dataset row beyond the prompt text (extra columns; ``prompt`` too when it is
+    #: chat messages), so that the run log can score it again (``rescore``).
+    columns: list[dict[str, Any]] = field(default_factory=list)
     #: The error-rate failure of this batch, when the trainer raises it on every process at once.
     failure: str | None = None
 
@@ -55,6 +59,23 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, list):
         return "".join(str(m.get("content", "")) if isinstance(m, dict) else str(m) for m in completion)
     return str(completion)
+
+
+def log_components(log_metric: Callable[[str, float], None], outcomes: list[EpisodeOutcome]) -> None:
+    """``components/<name>``: each component's mean over the batch's scored episodes, through TRL's
+    ``log_metric`` so that it reaches TRL's logs (``run.history``) and every ``report_to`` tracker."""
+    sums: dict[str, list[float]] = {}
+    warned = 0
+    for o in outcomes:
+        warned += bool(o.warnings)
+        if o.score is None:
+            continue
+        for name, value in o.components.items():
+            sums.setdefault(name, []).append(value)
+    for name, values in sums.items():
+        log_metric(f"components/{name}", sum(values) / len(values))
+    if warned or sums:  # only envs that return components: the others' metrics stay as they were
+        log_metric("env/warning_rate", warned / len(outcomes))
 
 
 class EnvReward:
@@ -90,6 +111,9 @@ class EnvReward:
         #: Several processes: record an error-rate failure on the batch instead of raising in this
         #: process alone (the others would wait for it forever); the trainer raises it everywhere.
         self.defer_failure = False
+        #: A swap asked for by another thread (``request_swap``), applied at the next reward call.
+        self._swap: tuple[Any, Callable[[int], None] | None] | None = None
+        self._swap_lock = threading.Lock()
 
     def bind(self, model: Any, tokenizer: Any, generator: Any = None) -> None:
         """The policy and tokenizer episodes use; ``generator`` continues episodes (default: HF generate)."""
@@ -100,6 +124,27 @@ class EnvReward:
     def close(self) -> None:
         self.runner.close()
 
+    def request_swap(self, env: Any, on_applied: Callable[[int], None] | None = None) -> None:
+        """Score with ``env`` from the next reward call on (any thread); ``on_applied(step)`` says when.
+
+        Only the training thread changes ``self.env``, between two reward calls, so an episode never
+        sees two envs and no lock is held while a step runs. A later request replaces one not yet applied.
+        """
+        with self._swap_lock:
+            self._swap = (env, on_applied)
+
+    def _apply_swap(self, step: int) -> None:
+        with self._swap_lock:
+            swap, self._swap = self._swap, None
+        if swap is None:
+            return
+        env, on_applied = swap
+        self.env = env
+        self.is_async = inspect.iscoroutinefunction(env.score_episode)
+        self._names, self._var_kw, _ = episode_parameters(env)
+        if on_applied is not None:
+            on_applied(step)
+
     # ------------------------------------------------------------ TRL entry point
 
     def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
@@ -107,6 +152,7 @@ class EnvReward:
         log_metric = kwargs.get("log_metric")
         self._calls += 1
         step = (state.global_step + 1) if state is not None else self._calls
+        self._apply_swap(step)
         columns = {k: v for k, v in kwargs.items() if k not in TRL_EXTRA_KWARGS}
         env_prompts = columns.pop(ENV_PROMPT_COLUMN, None) or prompts
         rows = [{k: v[i] for k, v in columns.items()} for i in range(len(completions))]
@@ -118,6 +164,8 @@ class EnvReward:
             calls = [self._episode_kwargs(env_prompts[i], rows[i]) for i in range(len(texts))]
             record = BatchRecord(step=step, prompts=[prompt_text(p) for p in env_prompts], completions=texts,
                                  outcomes=self.score_batch(texts, calls))
+        record.columns = [row if isinstance(p, str) else {"prompt": p, **row}
+                          for p, row in zip(env_prompts, rows, strict=True)]
         outcomes = record.outcomes
         self.last_batch = record
         errors = sum(o.error is not None for o in outcomes)
@@ -129,6 +177,7 @@ class EnvReward:
             log_metric("env/error_rate", errors / len(outcomes))
             log_metric("env/clipped_rate", clipped / len(outcomes))
             log_metric("env/latency_s", sum(o.latency_s for o in outcomes) / len(outcomes))
+            log_components(log_metric, outcomes)
             if record.transcripts:
                 failures = sum(1 for t in record.transcripts for turn in t if turn.get("error"))
                 log_metric("env/tool_errors", failures / len(outcomes))

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from .distributed import distributed_overrides, is_main_process
-from .env import PreparedEnv
+from .env import EnvSpec, PreparedEnv
 from .errors import GRPOMagicError
 from .events import (
     RUN_LOG_NAME,
+    EnvSwapped,
     EpisodeError,
     Event,
     EventStream,
@@ -35,6 +36,7 @@ from .events import (
 from .params import GRPOParams
 from .preflight import prepare
 from .reward import BatchRecord, EnvErrorRateExceeded, EnvReward
+from .swap import prepare_swap, source_hash, swap_spec
 
 FINAL_STATUSES = ("completed", "stopped", "failed")
 MAX_GROUPS_IN_MEMORY = 256
@@ -93,6 +95,15 @@ class GRPORun:
         self._stop = threading.Event()
         self._finished = threading.Event()
         self._thread: threading.Thread | None = None
+        #: Env swaps applied so far: step, env name, class, source hash (from ``EnvSwapped`` events).
+        self.swaps: list[dict[str, Any]] = []
+        # What swap_env checks a new env against, and the reward adapter it hands it to.
+        self._prepared: PreparedEnv | None = None
+        self._tokenizer: Any = None
+        self._env_hash = ""
+        self._reward: EnvReward | None = None
+        self._pending_swap: tuple[Any, Callable[[int], None]] | None = None
+        self._swap_lock = threading.Lock()
 
     def __repr__(self) -> str:
         total = f"/{self.max_steps}" if self.max_steps else ""
@@ -131,6 +142,41 @@ class GRPORun:
     def stop_requested(self) -> bool:
         return self._stop.is_set()
 
+    def swap_env(self, env: Any, *, config: dict[str, Any] | None = None) -> EnvSpec:
+        """Score with ``env`` (a registered name, a class or an instance) from the next step on.
+
+        Checked here, in the caller's thread, as ``train`` checks an env (and it must build the
+        same dataset columns and tools); applied by the training thread between two steps, and
+        recorded as an ``EnvSwapped`` event. ``config`` defaults to the running env's. A refused
+        swap raises ``GRPOMagicError`` and leaves the run untouched.
+        """
+        if self.done or self.stop_requested or self._prepared is None:
+            state = "is stopping" if self.stop_requested and not self.done else f"is {self.status}"
+            raise GRPOMagicError(f"Swap refused: the run {state}, so it scores nothing more; train a new run with "
+                                 "the new env instead.")
+        spec = swap_spec(env, self._prepared.spec, config)
+        prepared = prepare_swap(spec, self._prepared, self._tokenizer)
+        new_hash = source_hash(spec)
+        class_name = type(prepared.env).__name__
+
+        def applied(step: int) -> None:  # in the training thread, between two reward calls
+            previous, self._env_hash = self._env_hash, new_hash
+            self.events.emit(EnvSwapped(step=step, env_name=spec.name, class_name=class_name, source_hash=new_hash,
+                                        previous_hash=previous, config=spec.config))
+
+        with self._swap_lock:
+            if self._reward is None:  # still loading the model: the reward adapter takes it when it exists
+                self._pending_swap = (prepared.env, applied)
+            else:
+                self._reward.request_swap(prepared.env, applied)
+        return spec
+
+    def _attach_reward(self, reward: EnvReward) -> None:
+        with self._swap_lock:
+            self._reward, pending, self._pending_swap = reward, self._pending_swap, None
+        if pending is not None:
+            reward.request_swap(*pending)
+
     def wait(self, timeout: float | None = None) -> GRPORun:
         """Wait for the end of the run; re-raise a training failure as ``GRPOMagicError``."""
         if not self._finished.wait(timeout):
@@ -158,8 +204,12 @@ class GRPORun:
             self.groups.append({
                 "step": event.step, "group": event.group, "prompt": event.prompt,
                 "completions": event.completions, "scores": event.scores, "advantages": event.advantages,
-                "errors": event.errors, "clipped": event.clipped, "transcripts": event.transcripts,
+                "errors": event.errors, "clipped": event.clipped, "components": event.components,
+                "warnings": event.warnings, "transcripts": event.transcripts,
             })
+        elif isinstance(event, EnvSwapped):
+            self.swaps.append({"step": event.step, "env_name": event.env_name, "class_name": event.class_name,
+                               "source_hash": event.source_hash})
         elif isinstance(event, EpisodeError):
             self.error_count += 1
             self.errors.append({"step": event.step, "index": event.index, "kind": event.kind,
@@ -181,6 +231,7 @@ def _emit_scored(run: GRPORun, payloads: list[tuple[BatchRecord, list[float]]], 
     outcomes = []
     advantages: list[float] = []
     transcripts: list[list[dict[str, Any]]] = []
+    columns: list[dict[str, Any]] = []
     step = payloads[0][0].step if payloads else run.step + 1
     for record, adv in payloads:
         prompts += record.prompts
@@ -188,6 +239,7 @@ def _emit_scored(run: GRPORun, payloads: list[tuple[BatchRecord, list[float]]], 
         outcomes += record.outcomes
         advantages += adv[: len(record.outcomes)]
         transcripts += record.transcripts or [[] for _ in record.outcomes]
+        columns += record.columns or [{} for _ in record.outcomes]
     if not any(transcripts):
         transcripts = []
     for index, outcome in enumerate(outcomes):
@@ -201,7 +253,11 @@ def _emit_scored(run: GRPORun, payloads: list[tuple[BatchRecord, list[float]]], 
             step=step, group=g, prompt=prompts[sl.start], completions=completions[sl],
             scores=[o.score for o in group], advantages=advantages[sl], errors=[o.error for o in group],
             clipped=[o.clipped for o in group], raw_scores=[o.raw for o in group],
-            latency_s=[round(o.latency_s, 6) for o in group], transcripts=transcripts[sl] if transcripts else [],
+            latency_s=[round(o.latency_s, 6) for o in group],
+            components=[o.components for o in group] if any(o.components for o in group) else [],
+            warnings=[o.warnings for o in group] if any(o.warnings for o in group) else [],
+            columns=columns[sl.start] if sl.start < len(columns) else {},
+            transcripts=transcripts[sl] if transcripts else [],
         ))
 
 
@@ -265,6 +321,7 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         config = params.to_grpo_config(str(run.output_dir), **distributed_overrides())
         reward = EnvReward(prepared.env, workers=params.rl_env_workers, timeout=params.rl_episode_timeout,
                            max_error_rate=params.rl_max_error_rate)
+        run._attach_reward(reward)  # a swap asked for while the model loaded is taken now
         callback = events_callback(on_log=on_log, on_train_begin=on_train_begin, should_stop=lambda: run.stop_requested)
         trainer = build_trainer(
             model=model, tokenizer=tokenizer, reward=reward, config=config, dataset=prepared.dataset,
@@ -391,6 +448,7 @@ def train(
     checkpoint = _checkpoint_to_resume(output_dir) if resume else None
 
     run = GRPORun(params, prepared.spec.name, output_dir)
+    run._prepared, run._tokenizer, run._env_hash = prepared, tokenizer, source_hash(prepared.spec)
     if checkpoint is not None:  # the steps before the checkpoint are part of this run's history
         run.history = _history_before(output_dir, int(Path(checkpoint).name.split("-")[-1]))
         run.step = run.history[-1]["step"] if run.history else 0

@@ -3,6 +3,11 @@
 A score must be a finite number; out of [0, 1] it is clipped and counted; an exception, ``None``,
 NaN or a non-number is an *episode error*: the completion gets no reward (TRL's ``None``, never a
 fake 0) and the error, with its traceback, is kept for the run log and the dashboard.
+
+``score_episode`` may also return a mapping ``{"score": x, **components}``: ``x`` is checked as a
+number is, and every other finite number is a *component* (a part of the reward shown on its own:
+``{"score": 0.7, "format": 1.0, "correct": 0.0}``). A component that is not a finite number is an
+episode *warning*: the episode keeps its score, the warning is counted and shown.
 """
 
 from __future__ import annotations
@@ -10,7 +15,8 @@ from __future__ import annotations
 import math
 import numbers
 import traceback
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from .redaction import redact
@@ -26,6 +32,10 @@ class EpisodeOutcome:
     raw: Any = None
     error: dict[str, Any] | None = None
     latency_s: float = 0.0
+    #: The finite numbers a mapping returned besides ``"score"`` (none for a plain number).
+    components: dict[str, float] = field(default_factory=dict)
+    #: One sentence per problem that cost no reward (a component that is not a number).
+    warnings: list[str] = field(default_factory=list)
 
 
 def episode_error(kind: str, message: str, tb: str = "") -> dict[str, Any]:
@@ -34,7 +44,12 @@ def episode_error(kind: str, message: str, tb: str = "") -> dict[str, Any]:
 
 
 def normalize_score(value: Any) -> EpisodeOutcome:
-    """A finite number in [0, 1]; out of range is clipped; anything else is an episode error."""
+    """A finite number in [0, 1]; out of range is clipped; anything else is an episode error.
+
+    A mapping is ``{"score": number, **components}`` (``split_components``).
+    """
+    if isinstance(value, Mapping):
+        return split_components(value)
     if value is None:
         return EpisodeOutcome(None, raw=None, error=episode_error(
             "None", "score_episode returned None; return a float between 0 and 1."))
@@ -61,6 +76,44 @@ def normalize_score(value: Any) -> EpisodeOutcome:
         hint = ""
     return EpisodeOutcome(None, raw=safe_text(value)[:200], error=episode_error(
         "not a number", f"score_episode returned a {name}, not a number{hint}; return a float between 0 and 1."))
+
+
+def split_components(value: Mapping[Any, Any]) -> EpisodeOutcome:
+    """``{"score": x, **components}``: ``x`` as a plain score, the finite numbers as components."""
+    if "score" not in value:
+        keys = ", ".join(sorted(safe_text(k, str)[:40] for k in value)[:8]) or "none"
+        return EpisodeOutcome(None, raw=safe_text(value)[:200], error=episode_error(
+            "no score", f"score_episode returned a mapping without 'score' (keys: {keys}); return "
+            "{'score': <a float between 0 and 1>, **components}, or a float."))
+    inner = value["score"]
+    if isinstance(inner, Mapping):  # no recursion: {"score": {"score": ...}} is a mistake, not a format
+        outcome = EpisodeOutcome(None, raw=safe_text(inner)[:200], error=episode_error(
+            "not a number", "score_episode returned a mapping whose 'score' is a mapping; make 'score' a float "
+            "between 0 and 1."))
+    else:
+        outcome = normalize_score(inner)
+    for key, part in value.items():
+        if key == "score":
+            continue
+        name = safe_text(key, str)[:80]
+        number = _finite(part)
+        if number is None:
+            outcome.warnings.append(redact(f"component {name!r} is {safe_text(part)[:60]} ({type(part).__name__}), "
+                                           "not a finite number; it was left out (return numbers for components)."))
+        else:
+            outcome.components[name] = number
+    return outcome
+
+
+def _finite(value: Any) -> float | None:
+    """A component as a float (bools count: ``{"format_ok": True}`` is 1.0), None unless finite."""
+    if not isinstance(value, numbers.Real):
+        return None
+    try:
+        number = float(value)
+    except Exception:  # noqa: BLE001 - an int too large for a float, a broken __float__
+        return None
+    return number if math.isfinite(number) else None
 
 
 def exception_outcome(exc: BaseException, latency: float) -> EpisodeOutcome:

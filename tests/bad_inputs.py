@@ -273,3 +273,87 @@ def cli_flags(params: dict[str, Any]) -> list[str]:
         elif value is not None:
             flags.append(f"{flag}={value}")
     return flags
+
+
+# ---------------------------------------------------------------- rescoring and hot swap
+
+#: The env a rescore or a swap row hands over, unless the row gives its own (a letters env, as the runs train).
+LETTERS_ENV = (
+    "from datasets import Dataset\n\n\nclass Env:\n"
+    "    def build_dataset(self, tokenizer):\n"
+    "        return Dataset.from_dict({'prompt': ['Write the letter a many times: '] * 8, 'letter': ['a'] * 8})\n\n"
+    "    def score_episode(self, model, tokenizer, completion, letter):\n"
+    "        return float(letter in completion)\n"
+)
+
+
+@dataclass(frozen=True)
+class IterationInput:
+    """A bad input to rescoring or a hot swap, tried on its surfaces by ``tests/test_iteration_inputs.py``.
+
+    Surfaces: ``rescore-api`` (``grpo_magic.rescore``), ``rescore-magic`` (``%grpo_rescore``),
+    ``swap-api`` (``run.swap_env``), ``swap-cell`` (``%%grpo_env NAME --swap``). ``target`` is what is
+    rescored: ``run`` (a finished 2-step run's folder), ``empty`` (a folder without a run log),
+    ``missing`` (no such folder), ``none`` (no run in the session); a swap goes to the run that is
+    training (``training``) or, without one, to the finished run.
+    """
+
+    id: str
+    words: tuple[str, ...]
+    surfaces: tuple[str, ...]
+    env: str = LETTERS_ENV
+    target: str = "run"
+    steps: str | None = None
+    env_name: str | None = None  # rescore: --env NAME (default: the row's env, registered as Env)
+    swap_name: str | None = None  # swap-cell: %%grpo_env NAME --swap (default: the training run's env)
+    training: bool = True
+
+
+def _letters_env(build: str = "", score: str = "", extra: str = "") -> str:
+    source = LETTERS_ENV
+    if build:
+        source = source.replace("        return Dataset.from_dict({'prompt': ['Write the letter a many times: '] * 8, "
+                                "'letter': ['a'] * 8})\n", build)
+    if score:
+        source = source.replace("    def score_episode(self, model, tokenizer, completion, letter):\n"
+                                "        return float(letter in completion)\n", score)
+    return source + extra
+
+
+RESCORE = ("rescore-api", "rescore-magic")
+SWAP = ("swap-api", "swap-cell")
+
+ITERATION_ROWS: list[IterationInput] = [
+    IterationInput("rescore a folder with no run log", ("no run log", "events.jsonl", "--project-name"), RESCORE,
+                   target="empty"),
+    IterationInput("rescore a folder that does not exist", ("does not exist", "output folder"), RESCORE,
+                   target="missing"),
+    IterationInput("rescore with no run in this session", ("No run to rescore", "output folder"), RESCORE,
+                   target="none"),
+    IterationInput("rescore with an env whose columns the run lacks", ("needs 'case_idx'", "letter", "give it a default"),
+                   RESCORE, env=_letters_env(score="    def score_episode(self, model, tokenizer, completion, case_idx):\n"
+                                                   "        return 0.5\n")),
+    IterationInput("rescore steps outside the run", ("--steps 50:60", "outside", "1 to 2", "within 1:2"), RESCORE,
+                   steps="50:60"),
+    IterationInput("rescore steps that are not a range", ("not a step range", "A:B"), RESCORE, steps="first:last"),
+    IterationInput("rescore with an env nobody registered", ("No environment named 'Nope'", "%%grpo_env"), RESCORE,
+                   env_name="Nope"),
+    IterationInput("swap with no run training", ("--swap needs a run that is training", "drop --swap"), ("swap-cell",),
+                   training=False),
+    IterationInput("swap on a finished run", ("Swap refused", "completed", "train a new run"), ("swap-api",),
+                   training=False),
+    IterationInput("swap naming another env than the run's", ("scores with env TrainEnv", "not Other", "--swap"),
+                   ("swap-cell",), swap_name="Other"),
+    IterationInput("swap to an env with other dataset columns", ("Swap refused", "case_idx", "letter", "same columns"),
+                   SWAP, env=_letters_env(
+                       build="        return Dataset.from_dict({'prompt': ['hi'] * 8, 'case_idx': list(range(8))})\n",
+                       score="    def score_episode(self, model, tokenizer, completion, case_idx):\n"
+                             "        return 0.5\n")),
+    IterationInput("swap to an env whose build_dataset raises", ("Swap refused", "build_dataset", "ValueError",
+                                                                 "rows file missing"),
+                   SWAP, env=_letters_env(build="        raise ValueError('rows file missing')\n")),
+    IterationInput("swap to an env with tools the run lacks", ("Swap refused", "tools", "book", "differ"), SWAP,
+                   env=_letters_env(extra="\n    def get_tools(self):\n        return [{'type': 'function', 'function': "
+                                          "{'name': 'book', 'description': 'Book.', 'parameters': {'type': 'object', "
+                                          "'properties': {}}}}]\n")),
+]

@@ -166,7 +166,23 @@ def test_perfect_episode_scores_one(tok: Any, difficulty: str) -> None:
         assert result.score == 1.0, (env.cases[idx].request, result.breakdown)
         assert model.calls == 1  # the confirmation ends the episode
         assert len(result.bookings) == 1 and result.bookings[0]["room_id"] == env.cases[idx].answer
-        assert env.score_episode(ScriptedModel(tok, [CONFIRM]), tok, env.solution(idx), idx) == 1.0
+        assert env.score_episode(ScriptedModel(tok, [CONFIRM]), tok, env.solution(idx), idx)["score"] == 1.0
+
+
+def test_score_episode_returns_the_rubric_breakdown_as_components(tok: Any) -> None:
+    from grpo_magic.scores import normalize_score
+
+    env = HotelEnv()
+    idx = 3
+    search = env.solution_turns(idx)[0]
+    wrong = f"{search}\n{book(env, idx, other_rooms(env, idx)[0])}"
+    result = env.score_episode(ScriptedModel(tok, [CONFIRM]), tok, wrong, idx)
+    assert set(result) == {"score", *RUBRIC}
+    assert math.isclose(result["score"], sum(RUBRIC[k] * result[k] for k in RUBRIC), abs_tol=1e-6)
+    assert result["search"] == 1.0 and result["correct_room"] == 0.0  # searched, booked the wrong room
+    outcome = normalize_score(result)  # what training makes of it: the score, and the parts as components
+    assert outcome.score == result["score"] and outcome.error is None and not outcome.warnings
+    assert outcome.components == {k: result[k] for k in RUBRIC}
 
 
 def test_multi_turn_search_then_book(tok: Any) -> None:
@@ -194,19 +210,19 @@ def test_plain_json_calls_count(tok: Any) -> None:
     args = {"room_id": case.answer, "check_in": case.check_in, "nights": case.nights, "guest_name": case.guest_name}
     booking = {"name": "book_room", "arguments": args}
     completion = f"{json.dumps(search)}\n{json.dumps(booking)}"
-    assert env.score_episode(ScriptedModel(tok, [CONFIRM]), tok, completion, 0) == 1.0
+    assert env.score_episode(ScriptedModel(tok, [CONFIRM]), tok, completion, 0)["score"] == 1.0
 
 
 def test_malformed_call_scores_a_little(tok: Any) -> None:
     env = HotelEnv()
     model = ScriptedModel(tok, [CONFIRM])
     broken = '<tool_call>{"name": "search_rooms", "arguments": {"city": "Lisbon", "check_in": </tool_call>'
-    score = env.score_episode(model, tok, broken, 0)
+    score = env.score_episode(model, tok, broken, 0)["score"]
     assert 0 < score < 0.3
     assert model.calls == 0  # no parsable call: the episode ends at once
-    assert env.score_episode(model, tok, "Happy to help with your stay!", 0) == 0.0
+    assert env.score_episode(model, tok, "Happy to help with your stay!", 0)["score"] == 0.0
     # Well-formed but a made-up tool: a little more than a broken attempt, still low.
-    made_up = env.score_episode(model, tok, call("reserve", hotel="any"), 0)
+    made_up = env.score_episode(model, tok, call("reserve", hotel="any"), 0)["score"]
     assert score < made_up < 0.3
 
 
@@ -226,12 +242,12 @@ def test_wrong_room_scores_less_than_the_right_one(tok: Any) -> None:
     search = env.solution_turns(idx)[0]
     right = env.score_episode(
         ScriptedModel(tok, [CONFIRM]), tok, f"{search}\n{book(env, idx, env.cases[idx].answer)}", idx
-    )
+    )["score"]
     wrong_room = other_rooms(env, idx)[0]
-    wrong = env.score_episode(ScriptedModel(tok, [CONFIRM]), tok, f"{search}\n{book(env, idx, wrong_room)}", idx)
+    wrong = env.score_episode(ScriptedModel(tok, [CONFIRM]), tok, f"{search}\n{book(env, idx, wrong_room)}", idx)["score"]
     far_room = other_rooms(env, idx, same_city=False)[0]
-    far = env.score_episode(ScriptedModel(tok, [CONFIRM]), tok, f"{search}\n{book(env, idx, far_room)}", idx)
-    search_only = env.score_episode(ScriptedModel(tok, [CONFIRM]), tok, search, idx)
+    far = env.score_episode(ScriptedModel(tok, [CONFIRM]), tok, f"{search}\n{book(env, idx, far_room)}", idx)["score"]
+    search_only = env.score_episode(ScriptedModel(tok, [CONFIRM]), tok, search, idx)["score"]
     assert right == 1.0
     assert far < wrong < right
     assert search_only < wrong
@@ -244,9 +260,9 @@ def test_booking_twice_is_penalized(tok: Any) -> None:
     twice_same = f"{perfect}\n{book(env, idx, env.cases[idx].answer)}"  # second one fails: taken
     twice_other = f"{perfect}\n{book(env, idx, other_rooms(env, idx)[0])}"
     again_later = ScriptedModel(tok, [book(env, idx, env.cases[idx].answer), CONFIRM])
-    same = env.score_episode(ScriptedModel(tok, [CONFIRM]), tok, twice_same, idx)
-    other = env.score_episode(ScriptedModel(tok, [CONFIRM]), tok, twice_other, idx)
-    later = env.score_episode(again_later, tok, perfect, idx)
+    same = env.score_episode(ScriptedModel(tok, [CONFIRM]), tok, twice_same, idx)["score"]
+    other = env.score_episode(ScriptedModel(tok, [CONFIRM]), tok, twice_other, idx)["score"]
+    later = env.score_episode(again_later, tok, perfect, idx)["score"]
     assert same < 1.0 and later < 1.0
     assert other < same  # two rooms held is worse than a refused duplicate
 
@@ -300,7 +316,7 @@ def test_concurrent_episodes_match_sequential(tok: Any) -> None:
 
     def run(job: tuple[int, str, list[str]]) -> float:
         idx, completion, replies = job
-        return env.score_episode(ScriptedModel(tok, replies), tok, completion, idx)
+        return env.score_episode(ScriptedModel(tok, replies), tok, completion, idx)["score"]
 
     sequential = [run(job) for job in jobs]
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -319,5 +335,5 @@ def test_tiny_model_episode_runs(tiny: tuple[Any, Any]) -> None:
     assert isinstance(result.score, float) and 0.0 <= result.score <= 1.0
     assert result.turns == 2 and result.messages[-1]["role"] in ("assistant", "tool")
     with torch.no_grad():
-        score = env.score_episode(model, tokenizer, "no tool call here", 0)
+        score = env.score_episode(model, tokenizer, "no tool call here", 0)["score"]
     assert score == 0.0

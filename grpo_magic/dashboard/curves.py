@@ -1,4 +1,4 @@
-"""The reward, KL, loss, length, zero-std and error-rate curves, drawn with matplotlib on Agg.
+"""The reward, KL, loss, length, zero-std, error-rate and reward-component curves, drawn with matplotlib on Agg.
 
 matplotlib's object API (never pyplot: no global state, safe from the training thread) renders to
 PNG bytes that the dashboard puts into a ``widgets.Image``; the same PNG serves replays and every
@@ -8,8 +8,13 @@ frontend. matplotlib is imported when the first figure is built, never at import
 from __future__ import annotations
 
 import io
+import math
 from array import array
+from collections.abc import Sequence
 from typing import Any
+
+#: Colors of the reward components' lines, in the order the components first appear.
+COMPONENT_COLORS = ("#0891b2", "#db2777", "#65a30d", "#9333ea", "#ea580c", "#0d9488", "#4f46e5", "#ca8a04")
 
 
 class Curves:
@@ -27,6 +32,8 @@ class Curves:
         ("completions/mean_length", "completion length · clipped share (dashed)", "#2563eb", None),
         ("frac_reward_zero_std", "share of groups with zero reward std", "#d97706", (-0.02, 1.02)),
         ("error_rate", "episode error rate", "#dc2626", None),
+        # One line per component (``components/<name>``, the mean over each step's scored episodes).
+        ("components", "reward components (mean)", COMPONENT_COLORS[0], None),
     )
 
     def __init__(self) -> None:
@@ -34,11 +41,17 @@ class Curves:
         from matplotlib.figure import Figure
         from matplotlib.ticker import MaxNLocator
 
-        self.fig = Figure(figsize=(10.5, 4.6), dpi=90)  # 945 x 414 px: small text stays sharp
+        cols = math.ceil(len(self._PANELS) / 2)
+        self.fig = Figure(figsize=(3.5 * cols, 4.6), dpi=90)  # 315 px a panel: small text stays sharp
         self.canvas = FigureCanvasAgg(self.fig)
-        grid = self.fig.subplots(2, 3)
-        self.fig.subplots_adjust(left=0.06, right=0.94, top=0.92, bottom=0.1, wspace=0.32, hspace=0.45)
+        grid = self.fig.subplots(2, cols)
+        self.fig.subplots_adjust(left=0.05, right=0.95, top=0.92, bottom=0.1, wspace=0.32, hspace=0.45)
         self.axes = [ax for row in grid for ax in row]
+        for spare in self.axes[len(self._PANELS):]:
+            spare.set_visible(False)
+        self.component_ax = self.axes[[panel[0] for panel in self._PANELS].index("components")]
+        self.component_lines: dict[str, Any] = {}
+        self.swap_marks: list[Any] = []
         self.lines: dict[str, Any] = {}
         self.empty: dict[str, Any] = {}
         for ax, (name, title, color, ylim) in zip(self.axes, self._PANELS, strict=False):
@@ -71,20 +84,34 @@ class Curves:
         range_steps: array,
         range_min: array,
         range_max: array,
+        components: dict[str, array] | None = None,
+        swaps: Sequence[float] = (),
     ) -> bytes:
+        """The PNG of every panel; ``components`` are the reward components' series, ``swaps`` the steps
+        from which a swapped env scored (a dashed marker on every panel)."""
         import numpy as np
 
         x = np.frombuffer(steps, dtype=np.float64) if len(steps) else np.zeros(0)
         marker = "o" if len(x) < 60 else ""
 
-        def series(name: str) -> Any:
-            return np.frombuffer(metrics[name], dtype=np.float64) if len(metrics[name]) else np.zeros(0)
+        def series(name: str, source: dict[str, array] = metrics) -> Any:
+            return np.frombuffer(source[name], dtype=np.float64) if len(source[name]) else np.zeros(0)
 
+        parts = components or {}
+        for name, values in parts.items():
+            if name not in self.component_lines:
+                color = COMPONENT_COLORS[len(self.component_lines) % len(COMPONENT_COLORS)]
+                (self.component_lines[name],) = self.component_ax.plot([], [], color=color, linewidth=1.2,
+                                                                         markersize=2.5, label=name)
+            self.component_lines[name].set_data(x[: len(values)], series(name, parts))
+            self.component_lines[name].set_marker(marker)
         for ax, (name, _title, _color, ylim) in zip(self.axes, self._PANELS, strict=False):
-            y = series(name)
-            line = self.lines[name]
-            line.set_data(x, y)
-            line.set_marker(marker)
+            if name in metrics:
+                y = series(name)
+                self.lines[name].set_data(x, y)
+                self.lines[name].set_marker(marker)
+            else:  # the components panel: its lines are drawn above, one per component
+                y = np.concatenate([series(n, parts) for n in parts] or [np.zeros(0)])
             has = bool(len(y)) and bool(np.isfinite(y).any())
             empty = not has and not (name == "reward" and len(range_steps))
             self.empty[name].set_visible(empty)
@@ -123,6 +150,24 @@ class Curves:
         self.clipped.set_marker(marker)
         self.twin.set_visible(bool(len(clipped)) and bool(np.isfinite(clipped).any()))
 
+        if parts:
+            self.component_ax.legend(fontsize=6, loc="upper left", frameon=False)
+        self._mark_swaps(swaps)
+
         buf = io.BytesIO()
         self.fig.savefig(buf, format="png")
         return buf.getvalue()
+
+    def _mark_swaps(self, swaps: Sequence[float]) -> None:
+        """A dashed line on every panel just before each step a swapped env scored first."""
+        for mark in self.swap_marks:
+            mark.remove()
+        self.swap_marks = [
+            ax.axvline(step - 0.5, color="#9333ea", linewidth=0.9, linestyle="--", alpha=0.8)
+            for step in swaps for ax in self.axes[: len(self._PANELS)]
+        ]
+        self.swap_marks += [  # named once, on the reward panel
+            self.axes[0].text(step - 0.5, 0.02, " env swap", transform=self.axes[0].get_xaxis_transform(),
+                              fontsize=6, color="#9333ea", va="bottom")
+            for step in swaps
+        ]

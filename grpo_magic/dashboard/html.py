@@ -134,11 +134,14 @@ def _completion_html(group: GroupScored, i: int, scale: float) -> str:
         raw = group.raw_scores[i] if i < len(group.raw_scores) else None
         detail = f" (env returned {esc(raw)})" if raw is not None else ""
         marks.append(f'<span style="{BADGE}background:#d97706">clipped</span> score clipped to [0, 1]{detail}')
+    for warning in group.warnings[i] if i < len(group.warnings) else ():
+        marks.append(f'<span style="{BADGE}background:#ca8a04">warning</span> {esc(warning)}')
     row = (
         '<div style="margin:6px 0 0 0">'
         f'<div style="font-size:12px"><span style="display:inline-block;width:30px;opacity:.7">#{i}</span>'
         f"{_score_bar(score)}{_advantage_bar(None if adv is None else float(adv), scale)}"
         f"{''.join(' ' + m for m in marks)}</div>"
+        f"{components_html(group.components[i] if i < len(group.components) else {})}"
     )
     turns = group.transcripts[i] if i < len(group.transcripts) else None
     if turns:
@@ -195,6 +198,20 @@ def transcript_html(turns: list[dict[str, Any]]) -> str:
                + f' · last reply: <span style="opacity:.8">{esc(head)}</span>')
     return (f'<details class="grpo-turns"><summary style="font-size:12px">{summary}</summary>'
             f'{"".join(_turn_html(t) for t in turns)}</details>')
+
+
+def components_html(components: dict[str, float], before: dict[str, float] | None = None) -> str:
+    """A completion's reward components, ``name 0.50`` each; with ``before``, changed ones as ``0.20→0.50``."""
+    if not components and not before:
+        return ""
+    parts = []
+    for name in dict.fromkeys([*(before or {}), *components]):
+        now, old = components.get(name), (before or {}).get(name)
+        text = "–" if now is None else f"{now:.2f}"
+        if before is not None and (old is None or now is None or abs(old - now) > 1e-9):
+            text = f'{"–" if old is None else f"{old:.2f}"}→<b>{text}</b>'
+        parts.append(f'<span class="grpo-component" style="margin-right:10px">{esc(name)} {text}</span>')
+    return f'<div style="font-size:11px;opacity:.85;margin:2px 0 0 30px">{"".join(parts)}</div>'
 
 
 def group_card_html(group: GroupScored) -> str:
@@ -264,6 +281,9 @@ def info_html(view: RunView) -> str:
         parts.append(f"env <code>{esc(view.env_name)}</code>")
     if view.output_dir:
         parts.append(f"output <code>{esc(view.output_dir)}</code>")
+    for swap in view.swaps:
+        parts.append(f"env swapped to <code>{esc(swap.class_name)}</code> at step {swap.step} "
+                     f'<span style="opacity:.7">(source {esc(swap.source_hash[:8])})</span>')
     info = " · ".join(parts)
     f = view.finished
     if f is not None:

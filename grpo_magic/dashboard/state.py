@@ -15,7 +15,7 @@ from array import array
 from collections import OrderedDict, deque
 from typing import Any
 
-from ..events import EpisodeError, Event, GroupScored, RunFinished, RunStarted, StatusChanged, StepLogged
+from ..events import EnvSwapped, EpisodeError, Event, GroupScored, RunFinished, RunStarted, StatusChanged, StepLogged
 from ..text import finite
 
 # Metrics kept per logged step for the curves; everything else TRL logs stays in the run log.
@@ -30,6 +30,9 @@ CURVE_METRICS = (
     "error_rate",
 )
 LATEST_ERRORS = 5  # tracebacks kept for the errors panel
+#: TRL's name prefix of the reward components an env returns (``components/<name>``).
+COMPONENT_PREFIX = "components/"
+MAX_COMPONENTS = 12  # curves kept; an env that invents a name per episode must not grow the view forever
 
 
 def cut_from(step: float, steps: array, *columns: array) -> None:
@@ -53,6 +56,9 @@ class RunView:
         # Metric history: compact arrays of floats, NaN where a step did not log a metric.
         self.steps = array("d")
         self.metrics: dict[str, array] = {name: array("d") for name in CURVE_METRICS}
+        # Reward components (``components/<name>``), aligned with ``steps``, NaN where not logged.
+        self.components: dict[str, array] = {}
+        self.swaps: list[EnvSwapped] = []  # env swaps, for the markers on the curves
         self.last_metrics: dict[str, Any] = {}
         self.range_steps = array("d")
         self.range_min = array("d")
@@ -115,6 +121,10 @@ class RunView:
             self._apply_step(event)
         elif isinstance(event, GroupScored):
             self._apply_group(event)
+        elif isinstance(event, EnvSwapped):
+            self.swaps.append(event)
+            self.curves_version += 1  # a marker on the curves
+            return True
         elif isinstance(event, EpisodeError):
             self.error_counts[event.kind] = self.error_counts.get(event.kind, 0) + 1
             self.error_total += 1
@@ -130,21 +140,33 @@ class RunView:
         if event.max_steps:
             self.max_steps = event.max_steps
         if self.steps and event.step < self.steps[-1]:  # a resumed run went back to its checkpoint
-            cut_from(event.step, self.steps, *self.metrics.values())
+            cut_from(event.step, self.steps, *self.metrics.values(), *self.components.values())
         self.step = event.step
         self.last_metrics = event.metrics
         values = {name: finite(event.metrics.get(name)) for name in CURVE_METRICS}
         values["error_rate"] = event.episode_errors / event.episodes if event.episodes else None
+        parts = self._component_values(event.metrics)
         if self.steps and self.steps[-1] == event.step:
             # TRL can log one step twice (train metrics, then the run summary): merge them.
-            for name, value in values.items():
-                if value is not None:
-                    self.metrics[name][-1] = value
+            for series, new in ((self.metrics, values), (self.components, parts)):
+                for name, value in new.items():
+                    if value is not None:
+                        series[name][-1] = value
         else:
             self.steps.append(float(event.step))
-            for name, value in values.items():
-                self.metrics[name].append(math.nan if value is None else value)
+            for series, new in ((self.metrics, values), (self.components, parts)):
+                for name, value in new.items():
+                    series[name].append(math.nan if value is None else value)
         self.curves_version += 1
+
+    def _component_values(self, metrics: dict[str, Any]) -> dict[str, float | None]:
+        """This step's ``components/<name>``; a name seen for the first time gets NaN for the earlier steps."""
+        for key in metrics:
+            if key.startswith(COMPONENT_PREFIX) and len(self.components) < MAX_COMPONENTS:
+                name = key[len(COMPONENT_PREFIX):]
+                if name not in self.components:
+                    self.components[name] = array("d", [math.nan] * len(self.steps))
+        return {name: finite(metrics.get(COMPONENT_PREFIX + name)) for name in self.components}
 
     def _apply_group(self, event: GroupScored) -> None:
         step = event.step

@@ -307,7 +307,8 @@ class Dashboard:
             self._figure = Curves()
         t0 = time.perf_counter()
         self._curves.value = self._figure.png(
-            view.steps, view.metrics, view.range_steps, view.range_min, view.range_max
+            view.steps, view.metrics, view.range_steps, view.range_min, view.range_max,
+            components=view.components, swaps=[s.step for s in view.swaps],
         )
         self._curves_cost = _curves_cost_seen = time.perf_counter() - t0
         self._curves_at = time.monotonic()

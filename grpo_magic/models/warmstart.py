@@ -48,14 +48,12 @@ class WarmStart:
         """Fine-tune the base model on the corpus into ``dest``; returns what the cache marker records."""
         import torch
         from datasets import Dataset
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM, AutoTokenizer
         from trl import SFTConfig, SFTTrainer
-
-        from .loading import load_tokenizer
 
         started = time.perf_counter()
         base = self.base()
-        tokenizer = load_tokenizer(str(base))
+        tokenizer = AutoTokenizer.from_pretrained(str(base))  # tiny's: a pad token, the Qwen2.5 template
         examples = self.corpus(self.seed)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
