@@ -1,12 +1,13 @@
 """WeatherAgentEnv: the smallest agent env, the offline demo of tool use (``--model tiny-agent``).
 
-Each prompt asks for the weather or the local time in a city. The env is an *agent env*: it has a
-``reset`` method and two tools, ``get_weather`` and ``get_time``, plain methods with type hints and
-docstrings. The trainer runs each episode (the model calls a tool, reads the result, answers) and
-then calls ``score_episode`` on the instance that ran it, which knows which tools were called with
-which city. The reward is 1 for the right tool with the right city, a little for a well-formed call
-of the wrong tool, 0 otherwise. ``tiny-agent`` picks the right tool about half the time: GRPO
-teaches it to read the question.
+Each prompt asks for the weather (or, with ``asks="time"`` or ``"both"``, the local time) in a city.
+The env is an *agent env*: it has a ``reset`` method and two tools, ``get_weather`` and ``get_time``,
+plain methods with type hints and docstrings. The trainer runs each episode (the model calls a tool,
+reads the result, answers) and then calls ``score_episode`` on the instance that ran it, which knows
+which tools were called with which city. The reward is 1 for the right tool with the right city, a
+little for a well-formed call of the wrong tool, 0 otherwise. ``tiny-agent`` always calls a tool with
+the right city but picks between the two at random: GRPO teaches it which tool a weather question needs.
+(With ``asks="both"`` a model that small tends to learn one tool for everything instead.)
 
 Like every example env it imports nothing from grpo_magic: this is the whole contract.
 """
@@ -23,9 +24,12 @@ WRONG_TOOL_CREDIT = 0.2
 
 
 class WeatherAgentEnv:
-    """Weather and time questions; ``rl_env_config`` keys: n_prompts, seed."""
+    """Weather (and time) questions; ``rl_env_config`` keys: asks ("weather", "time" or "both"), n_prompts, seed."""
 
-    def __init__(self, n_prompts: int = 64, seed: int = 0) -> None:
+    def __init__(self, asks: str = "weather", n_prompts: int = 64, seed: int = 0) -> None:
+        if asks not in ("weather", "time", "both"):
+            raise ValueError(f"asks must be 'weather', 'time' or 'both', got {asks!r}")
+        self.asks = asks
         self.n_prompts = int(n_prompts)
         self.seed = int(seed)
         self.calls: list[tuple[str, str]] = []
@@ -36,7 +40,8 @@ class WeatherAgentEnv:
         rng = random.Random(self.seed)
         rows: dict[str, list[Any]] = {"prompt": [], "city": [], "wants": []}
         for i in range(self.n_prompts):
-            city, wants = rng.choice(CITIES), ("get_weather", "get_time")[i % 2]
+            kinds = {"weather": ("get_weather",), "time": ("get_time",), "both": ("get_weather", "get_time")}[self.asks]
+            city, wants = rng.choice(CITIES), kinds[i % len(kinds)]
             questions = WEATHER_QUESTIONS if wants == "get_weather" else TIME_QUESTIONS
             rows["prompt"].append([{"role": "user", "content": rng.choice(questions).format(c=city)}])
             rows["city"].append(city)

@@ -111,12 +111,19 @@ class AgentEpisode:
     Subclasses are generated per env class (``episode_class``); the tool methods are added there.
     """
 
-    def __init__(self, env: Any) -> None:
-        self._env = env
+    def __init__(self, spec: AgentSpec) -> None:
+        self._spec = spec
         self._calls: list[ToolCall] = []
-        self._reset_params = _accepted_params(env.reset)
+        self._new_env()
+
+    def _new_env(self) -> None:
+        self._version = self._spec.version
+        self._env = self._spec.make_env()
+        self._reset_params = _accepted_params(self._env.reset)
 
     def reset(self, **row: Any) -> Any:
+        if self._version != self._spec.version:  # the env was swapped: TRL's pooled episodes take the new class
+            self._new_env()
         self._calls = []
         names, var_kw = self._reset_params
         return self._env.reset(**(row if var_kw else {k: v for k, v in row.items() if k in names}))
@@ -171,11 +178,25 @@ def episode_class(env_cls: type, names: list[str]) -> type[AgentEpisode]:
 
 @dataclass
 class AgentSpec:
-    """An agent env ready for TRL: its tools, their schemas, and the factory TRL calls per rollout."""
+    """An agent env ready for TRL: its tools, their schemas, and the factory TRL calls per rollout.
+
+    ``make_env`` builds the user's env of one episode; ``swap`` replaces it (a hot swap, in the training
+    thread between two steps), and every episode instance TRL pools takes the new env at its next reset.
+    """
 
     tool_names: list[str]
     schemas: list[dict[str, Any]]
-    factory: Callable[[], AgentEpisode] = field(repr=False)
+    make_env: Callable[[], Any] = field(repr=False)
+    episode_cls: type[AgentEpisode] = field(repr=False)
+    version: int = 0
+
+    def factory(self) -> AgentEpisode:
+        """What TRL's ``environment_factory`` calls: one episode instance per rollout."""
+        return self.episode_cls(self)
+
+    def swap(self, make_env: Callable[[], Any]) -> None:
+        self.make_env = make_env
+        self.version += 1
 
 
 def agent_spec(env: Any, make_env: Callable[[], Any], declared: list[dict[str, Any]] | None = None) -> AgentSpec:
@@ -191,7 +212,7 @@ def agent_spec(env: Any, make_env: Callable[[], Any], declared: list[dict[str, A
         )
     schemas = tool_schemas(env, names)
     cls = episode_class(type(env), names)
-    return AgentSpec(tool_names=names, schemas=schemas, factory=lambda: cls(make_env()))
+    return AgentSpec(tool_names=names, schemas=schemas, make_env=make_env, episode_cls=cls)
 
 
 # ---------------------------------------------------------------- after the episode

@@ -111,9 +111,11 @@ class EnvReward:
         #: Several processes: record an error-rate failure on the batch instead of raising in this
         #: process alone (the others would wait for it forever); the trainer raises it everywhere.
         self.defer_failure = False
-        #: A swap asked for by another thread (``request_swap``), applied at the next reward call.
-        self._swap: tuple[Any, Callable[[int], None] | None] | None = None
+        #: A swap asked for by another thread (``request_swap``), applied between two steps.
+        self._swap: tuple[Any, Callable[[int], None] | None, Callable[[], Any] | None] | None = None
         self._swap_lock = threading.Lock()
+        #: An agent env's spec (``agent.AgentSpec``): TRL builds its episodes; set by ``trainer.build_trainer``.
+        self.agent: Any = None
 
     def bind(self, model: Any, tokenizer: Any, generator: Any = None) -> None:
         """The policy and tokenizer episodes use; ``generator`` continues episodes (default: HF generate)."""
@@ -124,21 +126,27 @@ class EnvReward:
     def close(self) -> None:
         self.runner.close()
 
-    def request_swap(self, env: Any, on_applied: Callable[[int], None] | None = None) -> None:
-        """Score with ``env`` from the next reward call on (any thread); ``on_applied(step)`` says when.
+    def request_swap(self, env: Any, on_applied: Callable[[int], None] | None = None,
+                     make_env: Callable[[], Any] | None = None) -> None:
+        """Score with ``env`` from the next step on (any thread); ``on_applied(step)`` says when.
 
-        Only the training thread changes ``self.env``, between two reward calls, so an episode never
-        sees two envs and no lock is held while a step runs. A later request replaces one not yet applied.
+        Only the training thread changes ``self.env``, between two steps (``apply_swap``: before TRL
+        resets the next step's agent episodes, or at the latest at the next reward call), so an episode
+        never sees two envs and no lock is held while a step runs. For an agent env, ``make_env`` builds
+        the new env of each episode. A later request replaces one not yet applied.
         """
         with self._swap_lock:
-            self._swap = (env, on_applied)
+            self._swap = (env, on_applied, make_env)
 
-    def _apply_swap(self, step: int) -> None:
+    def apply_swap(self, step: int) -> None:
+        """Take a requested swap now (the training thread, between two steps)."""
         with self._swap_lock:
             swap, self._swap = self._swap, None
         if swap is None:
             return
-        env, on_applied = swap
+        env, on_applied, make_env = swap
+        if self.agent is not None and make_env is not None:
+            self.agent.swap(make_env)
         self.env = env
         self.is_async = inspect.iscoroutinefunction(env.score_episode)
         self._names, self._var_kw, _ = episode_parameters(env)
@@ -152,7 +160,7 @@ class EnvReward:
         log_metric = kwargs.get("log_metric")
         self._calls += 1
         step = (state.global_step + 1) if state is not None else self._calls
-        self._apply_swap(step)
+        self.apply_swap(step)
         columns = {k: v for k, v in kwargs.items() if k not in TRL_EXTRA_KWARGS}
         env_prompts = columns.pop(ENV_PROMPT_COLUMN, None) or prompts
         rows = [{k: v[i] for k, v in columns.items()} for i in range(len(completions))]

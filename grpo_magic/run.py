@@ -102,7 +102,7 @@ class GRPORun:
         self._tokenizer: Any = None
         self._env_hash = ""
         self._reward: EnvReward | None = None
-        self._pending_swap: tuple[Any, Callable[[int], None]] | None = None
+        self._pending_swap: tuple[Any, Callable[[int], None], Callable[[], Any] | None] | None = None
         self._swap_lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -164,11 +164,12 @@ class GRPORun:
             self.events.emit(EnvSwapped(step=step, env_name=spec.name, class_name=class_name, source_hash=new_hash,
                                         previous_hash=previous, config=spec.config))
 
+        make_env = prepared.agent.make_env if prepared.agent is not None else None
         with self._swap_lock:
             if self._reward is None:  # still loading the model: the reward adapter takes it when it exists
-                self._pending_swap = (prepared.env, applied)
+                self._pending_swap = (prepared.env, applied, make_env)
             else:
-                self._reward.request_swap(prepared.env, applied)
+                self._reward.request_swap(prepared.env, applied, make_env)
         return spec
 
     def _attach_reward(self, reward: EnvReward) -> None:

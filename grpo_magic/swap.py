@@ -72,6 +72,13 @@ def prepare_swap(spec: EnvSpec, running: PreparedEnv, tokenizer: Any) -> Prepare
         prepared = prepare_env(spec, tokenizer)
     except GRPOMagicError as exc:  # the checks of train(), worded as a refusal
         raise GRPOMagicError(f"Swap refused, the run goes on with its env: {exc}") from exc
+    if (prepared.agent is None) != (running.agent is None):
+        kinds = ("an agent env (reset and tools)", "a single-turn env")
+        new_kind, old_kind = kinds if prepared.agent is not None else kinds[::-1]
+        raise GRPOMagicError(
+            f"Swap refused, the run goes on with its env: {name} is {new_kind} but the run trains {old_kind}; keep "
+            "the kind of env, or stop the run and train anew."
+        )
     old, new = _columns(running), _columns(prepared)
     if set(old) != set(new):
         raise GRPOMagicError(

@@ -68,6 +68,8 @@ def trainer_class() -> type:
         grpo_magic_on_scored: ScoredHook | None = None
 
         def _generate_and_score_completions(self, inputs):  # noqa: D401 - TRL's hook point
+            if self.grpo_magic_reward is not None and self.model.training:  # a hot swap, before TRL resets episodes
+                self.grpo_magic_reward.apply_swap(self.state.global_step + 1)
             output = super()._generate_and_score_completions(inputs)
             reward, hook = self.grpo_magic_reward, self.grpo_magic_on_scored
             if reward is None or hook is None or not self.model.training:
@@ -127,6 +129,7 @@ def build_trainer(
         )
     drop_console_callbacks(trainer)
     trainer.grpo_magic_reward = reward
+    reward.agent = agent
     trainer.grpo_magic_on_scored = on_scored
     reward.defer_failure = trainer.accelerator.num_processes > 1
     policy = trainer.accelerator.unwrap_model(trainer.model)

@@ -157,3 +157,150 @@ def test_single_turn_groups_have_no_transcripts_and_render_as_before() -> None:
                         advantages=[0.7, -0.7], errors=[None, None], clipped=[False, False])
     assert plain.transcripts == [] and "grpo-turns" not in group_card_html(plain)
     assert math.isclose(plain.mean, 0.5)
+
+
+# ---------------------------------------------------------------- real runs through TRL's tool loop
+
+CELL_ENV = '''
+from datasets import Dataset
+
+SEEN = []  # id() of the env instance of every episode, in the order TRL reset them
+
+class CellWeather:
+    def build_dataset(self, tokenizer):
+        cities = ["Paris", "Rome", "Oslo", "Lima"]
+        return Dataset.from_dict({"prompt": [[{"role": "user", "content": f"What is the weather in {c}?"}]
+                                             for c in cities * 4], "city": cities * 4})
+
+    def reset(self, city, **row):
+        self.city, self.calls = city, []
+        SEEN.append(id(self))
+
+    def get_weather(self, city: str) -> str:
+        """Get today's weather in a city.
+
+        Args:
+            city: The city name.
+        """
+        self.calls.append(("get_weather", city))
+        return f"sunny in {city}"
+
+    def get_time(self, city: str) -> str:
+        """Get the local time in a city.
+
+        Args:
+            city: The city name.
+        """
+        self.calls.append(("get_time", city))
+        return f"12:00 in {city}"
+
+    def score_episode(self, model, tokenizer, completion, city, messages, tool_calls):
+        assert messages[0] == {"role": "user", "content": f"What is the weather in {city}?"}, messages[0]
+        assert [(c["name"], c["arguments"].get("city")) for c in tool_calls] == self.calls[:len(tool_calls)]
+        return 1.0 if ("get_weather", self.city) in self.calls else (0.25 if self.calls else 0.0)
+'''
+
+
+def _expected_from_transcript(turns: list[dict], city: str) -> float:
+    calls = [(c["name"], c["arguments"].get("city")) for t in turns for c in t.get("tool_calls") or []]
+    ran = [t for t in turns if t["role"] == "tool" and not t.get("error")]
+    if ("get_weather", city) in calls[:len(ran)] and ran:
+        return 1.0
+    return 0.25 if ran else 0.0
+
+
+def test_a_cell_agent_env_trains_whole_episodes_on_its_own_instances(shell) -> None:
+    shell.run_cell_magic("grpo_env", "", CELL_ENV)
+    run = shell.run_line_magic(
+        "grpo_train", "--env CellWeather --model tiny-agent --max-steps 2 --batch-size 8 --rl-num-generations 4 "
+                      "--rl-max-new-tokens 48 --lr 1e-3 --rl-kl-coef 0 --project-name cell-agent --run --blocking")
+    assert run.status == "completed", run.reason
+    assert not run.errors, run.errors[0]  # score_episode's own checks of messages and tool_calls held
+    groups = list(run.groups)
+    assert len(groups) == 4 and all(len(g["transcripts"]) == 4 for g in groups)
+    turns = [t for g in groups for t in g["transcripts"]]
+    with_result = [t for t in turns if any(m["role"] == "tool" for m in t)]
+    assert with_result, "no episode got a tool result"
+    assert any(t[-1]["role"] == "assistant" and any(m["role"] == "tool" for m in t) for t in turns)
+    for g in groups:  # each score is what the episode's own instance saw, as its transcript shows
+        for score, t in zip(g["scores"], g["transcripts"], strict=True):
+            assert score == _expected_from_transcript(t, g["prompt"].rsplit(" ", 1)[1].rstrip("?")), t
+    seen = shell.user_ns["SEEN"]
+    assert len(seen) == 16 and len(set(seen[:8])) == 8 and len(set(seen[8:])) == 8  # one instance per rollout
+    history = run.history[-1]
+    assert "tools/call_frequency" in history and "tools/failure_frequency" in history
+    assert (run.output_dir / "events.jsonl").read_text().count('"transcripts": [[{"role": "assistant"') == 4
+
+
+def test_tool_results_are_masked_out_of_trls_loss_and_later_turns_are_trained(tiny_path: str) -> None:
+    """On TRL's own batch and loss: no gradient reaches the logits of tool-result tokens, some reaches later turns."""
+    import torch
+
+    from envs.weather_agent import WeatherAgentEnv
+    from grpo_magic import GRPOParams
+    from grpo_magic.env import EnvSpec, prepare_env
+    from grpo_magic.models import load_model, load_tokenizer, resolve_model
+    from grpo_magic.reward import EnvReward
+    from grpo_magic.trainer import build_trainer, rollouts
+
+    path = resolve_model("tiny-agent")
+    tokenizer = load_tokenizer(path)
+    prepared = prepare_env(EnvSpec(name="WeatherAgentEnv", cls=WeatherAgentEnv), tokenizer)
+    params = GRPOParams(model="tiny-agent", batch_size=16, rl_num_generations=8, rl_max_new_tokens=48, rl_kl_coef=0.0)
+    reward = EnvReward(prepared.env)
+    torch.manual_seed(0)
+    trainer = build_trainer(model=load_model(path, tokenizer=tokenizer), tokenizer=tokenizer, reward=reward,
+                            config=params.to_grpo_config(str(Path(tiny_path).parent / "mask-test"), max_steps=1),
+                            dataset=prepared.dataset, agent=prepared.agent)
+    trainer.model.train()
+    batch = rollouts(trainer, [prepared.dataset[i] for i in range(2) for _ in range(8)])
+    mask, ids, completion_mask = batch["tool_mask"], batch["completion_ids"], batch["completion_mask"]
+    rows = [b for b in range(len(ids)) if (mask[b][completion_mask[b].bool()] == 0).any()]
+    assert rows, "no episode of the batch had a tool result"
+    for b in rows:
+        real = completion_mask[b].bool()
+        tool_text = tokenizer.decode(ids[b][real & (mask[b] == 0)])
+        assert "<tool_response>" in tool_text and "</tool_response>" in tool_text, tool_text
+        first_tool = int((real & (mask[b] == 0)).nonzero()[0])
+        after = real & (mask[b] == 1)
+        after[: first_tool] = False
+        assert after.any(), "no assistant turn after the tool result"
+        assert "<tool_response>" not in tokenizer.decode(ids[b][after])
+
+    # TRL scores tokens with a fused LM head (no logits tensor), so look one step earlier: the final norm's
+    # output at position t is used by nothing but the prediction of token t + 1.
+    captured = []
+    norm = trainer.model.model.norm
+    def keep(module, args, out) -> None:  # returns None: the output stays as it is
+        out.retain_grad()
+        captured.append(out)
+
+    handle = norm.register_forward_hook(keep)
+    batch["advantages"] = torch.ones_like(batch["advantages"])  # every token counts: only the mask decides
+    trainer.current_gradient_accumulation_steps = 1  # what Trainer's loop sets before it calls compute_loss
+    try:
+        trainer.compute_loss(trainer.model, batch).backward()
+    finally:
+        handle.remove()
+    width = ids.shape[1]
+    grad = torch.cat([c.grad[:, -width - 1:-1] for c in captured]).abs().sum(-1)  # predicts completion token j
+    loss_mask = (completion_mask * mask).bool()
+    assert grad[~loss_mask].max() == 0  # tool-result (and padding) tokens get no gradient
+    for b in rows:
+        assert (grad[b][loss_mask[b]] > 0).all()  # every model-written token does, after the tool result too
+
+
+def test_check_reports_the_tool_use_of_an_agent_env(shell) -> None:
+    import grpo_magic
+    from envs.weather_agent import WeatherAgentEnv
+
+    grpo_magic.register_env(WeatherAgentEnv)
+    report = shell.run_line_magic("grpo_check", "WeatherAgentEnv --model tiny-agent --samples 4 "
+                                                "--rl-num-generations 4 --rl-max-new-tokens 48")
+    agent = report.agent
+    assert agent is not None and agent["episodes"] == 16
+    assert agent["tool_call_share"] > 0.5 and agent["tool_calls"] >= 8  # tiny-agent calls tools
+    assert 1.0 < agent["turns_mean"] <= 1 + 5  # an answer after the tool result, at most rl_max_tool_turns more
+    assert all(len(g["transcripts"]) == 4 for g in report.groups)
+    assert "tool use" in str(report) and "tool errors" in report._repr_html_()
+    assert report.valid == 16 and not report.errors

@@ -49,8 +49,8 @@ def tool_use_corpus(seed: int, size: int = 800) -> list[dict[str, Any]]:
     """Weather and time questions answered by a tool call, the tool's result, then a one-line answer.
 
     The call is always well formed and its ``city`` is the one asked about; the *tool* is the one the
-    question asks for in only ``RIGHT_TOOL_SHARE`` of the chats, so a model trained on them picks the
-    right tool about half the time: what GRPO then improves.
+    question asks for in only ``RIGHT_TOOL_SHARE`` of the chats (half: at random), so a model trained on
+    them calls a tool with the right city and picks the tool at random: which tool is what GRPO teaches.
     """
     rng = random.Random(f"tool-use-{seed}")
     tools = agent_tools()

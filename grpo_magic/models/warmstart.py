@@ -128,7 +128,7 @@ def _tool_use_corpus(seed: int) -> list[Example]:
     return tool_use_corpus(seed)
 
 
-#: ``--model tiny-agent``: calls tools in the chat template's format (weather and time questions), the right
-#: tool about half the time, so that GRPO on an agent env has something to compare.
+#: ``--model tiny-agent``: calls tools in the chat template's format with the right argument (weather and time
+#: questions), picking the tool at random, so that GRPO on an agent env has something to compare.
 TINY_AGENT = WarmStart(name="tiny-agent", version="tiny-agent-v1", corpus=_tool_use_corpus, steps=260,
                        batch_size=16, learning_rate=5e-3)

@@ -1,0 +1,80 @@
+"""An agent episode's card in a real browser: JupyterLab in headless Chromium opens it into its turns.
+
+A notebook trains an agent env (tools as methods, TRL's tool loop) on ``tiny-agent`` for one step;
+the dashboard's completion card of an episode that called a tool is folded, and clicking it shows
+every turn: the tool call with its arguments and the tool's result.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from browser_support import (
+    JupyterServer,
+    launch_browser,
+    missing_browser_tools,
+    open_notebook,
+    run_all_cells,
+    write_notebook,
+)
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
+
+TRAIN_CELL = """import grpo_magic
+from envs.weather_agent import WeatherAgentEnv
+
+params = grpo_magic.GRPOParams(model="tiny-agent", max_steps=1, batch_size=16, rl_num_generations=8,
+                               rl_max_new_tokens=48, project_name="agent-run")
+run = grpo_magic.train(params, WeatherAgentEnv(), blocking=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def jupyter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
+    reason = missing_browser_tools()
+    if reason:
+        pytest.skip(f"browser test needs Chromium and playwright: {reason}")
+    base = tmp_path_factory.mktemp("jupyter-agent")
+    server = JupyterServer(base / "root", base / "state")
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+def test_an_agent_card_opens_into_its_turns_with_the_tool_result(jupyter: JupyterServer, tmp_path: Path) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    write_notebook(jupyter.root_dir / "agent.ipynb", ["%load_ext grpo_magic", TRAIN_CELL])
+    with sync_playwright() as p:
+        context = launch_browser(p, tmp_path / "profile", height=1800)
+        page = context.new_page()
+        try:
+            open_notebook(page, jupyter.url("lab", "agent.ipynb"))
+            run_all_cells(page)
+            status = page.locator(".grpo-dashboard .grpo-status").first
+            expect(status).to_have_text(re.compile("completed"), timeout=300_000)
+            card = page.locator("details.grpo-turns").filter(has=page.locator(".grpo-turn-tool")).first
+            expect(card).to_be_attached(timeout=30_000)
+            result = card.locator(".grpo-turn-tool pre").first
+            call = card.locator(".grpo-tool-call").first
+            expect(result).not_to_be_visible()  # folded: the card shows its summary line only
+            expect(card.locator("summary")).to_contain_text(re.compile(r"\d+ tool calls?"))
+            card.locator("summary").click()
+            expect(result).to_be_visible()
+            expect(result).to_contain_text(re.compile(r" in (Paris|Madrid|London|Rome|Berlin|Tokyo|Lima|Oslo)"))
+            expect(call).to_be_visible()
+            expect(call).to_contain_text(re.compile(r"call get_(weather|time)\(city="))
+            card.screenshot(path=str(tmp_path / "agent-card-open.png"))
+        except BaseException:
+            page.screenshot(path=str(tmp_path / "agent-page-failure.png"))
+            print(f"screenshots in {tmp_path}\njupyter log:\n{jupyter.log_tail()}")
+            raise
+        finally:
+            page.close()
+            context.close()
+            jupyter.shutdown_kernels()
