@@ -55,6 +55,7 @@ QUICK = {
     "dashboard": {"paced_steps": 500, "step_s": 0.1, "memory_steps": (1000, 10000)},
     "learn": {"runs": 1, "max_steps": 60},
     "rescore": {"steps": 2, "episodes": 32, "latency_s": 0.05, "workers": 32, "reps": 2},
+    "agent": {"seeds": [1], "max_steps": 20},
 }
 FULL = {
     "overhead": {"procs": 2, "reps": 4, "steps": 500, "sides": ["B", "A"]},
@@ -63,6 +64,7 @@ FULL = {
     "dashboard": {"paced_steps": 2000, "step_s": 0.1, "memory_steps": (1000, 10000)},
     "learn": {"runs": 3, "max_steps": 60},
     "rescore": {"steps": 4, "episodes": 32, "latency_s": 0.05, "workers": 32, "reps": 3},
+    "agent": {"seeds": [1, 2, 3], "max_steps": 20},
 }
 GOALS = {"overhead_ratio": 1.03, "scoring_efficiency": 0.8}
 
@@ -678,7 +680,34 @@ def worker_rescore(args: dict[str, Any]) -> dict[str, Any]:
     return results
 
 
+def worker_agent(args: dict[str, Any]) -> dict[str, Any]:
+    """GRPO on an agent env through TRL's tool loop: tiny-agent learns which tool a weather question needs."""
+    from envs.weather_agent import WeatherAgentEnv
+    from grpo_magic import GRPOParams, train
+    from grpo_magic.models import resolve_model
+    from grpo_magic.models.cache import build_info
+
+    t = time.perf_counter()
+    path = resolve_model("tiny-agent")  # built here when the cache does not have it yet
+    resolve_s = time.perf_counter() - t
+    out = tempfile.mkdtemp(prefix="bench-agent-")
+    params = GRPOParams(model="tiny-agent", project_name=out, max_steps=args["max_steps"], batch_size=32,
+                        rl_num_generations=8, rl_max_new_tokens=48, lr=1e-3, rl_kl_coef=0.0, seed=args["seed"])
+    t = time.perf_counter()
+    with _silence():
+        run = train(params, WeatherAgentEnv(asks="weather", seed=args["seed"]), display=False)
+    seconds = time.perf_counter() - t
+    by_step: dict[int, list[bool]] = {}
+    for g in run.groups:
+        by_step.setdefault(g["step"], []).extend(s == 1.0 for s in g["scores"] if s is not None)
+    shares = [round(sum(v) / len(v), 3) for _, v in sorted(by_step.items())]
+    info = build_info(Path(path))
+    return {"status": run.status, "shares": shares, "train_seconds": seconds, "resolve_seconds": resolve_s,
+            "build_seconds": info.get("build_seconds"), "tool_calls": [h.get("tools/call_frequency") for h in run.history]}
+
+
 WORKERS = {
+    "agent": worker_agent,
     "rescore": worker_rescore,
     "overhead": worker_overhead,
     "scoring": worker_scoring,
@@ -858,7 +887,30 @@ def bench_rescore(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
     }
 
 
+def bench_agent(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
+    runs = [_worker("agent", {"seed": seed, "max_steps": cfg["max_steps"]}, threads) for seed in cfg["seeds"]]
+    log("  agent done")
+    rises = [statistics.fmean(r["shares"][-5:]) - statistics.fmean(r["shares"][:3]) for r in runs]
+    return {
+        "agent_tool_use": {
+            "first_3_steps": _spread([statistics.fmean(r["shares"][:3]) for r in runs], 3),
+            "last_5_steps": _spread([statistics.fmean(r["shares"][-5:]) for r in runs], 3),
+            "rise": _spread(rises, 3),
+            "train_seconds": _spread([r["train_seconds"] for r in runs], 1),
+            "tiny_agent_build_seconds": runs[0]["build_seconds"],
+            "seeds": cfg["seeds"], "shares_first_seed": runs[0]["shares"],
+            "setting": {"env": "WeatherAgentEnv(asks='weather')", "model": "tiny-agent", "max_steps": cfg["max_steps"],
+                        "batch_size": 32, "rl_num_generations": 8, "rl_max_new_tokens": 48, "lr": 1e-3,
+                        "rl_kl_coef": 0.0},
+            "timed": "share of episodes with the right tool and city (score 1) per step, mean of the first 3 steps vs "
+                     "the last 5; train_seconds: the whole train() call (TRL's tool loop, episodes, scoring); "
+                     "tiny_agent_build_seconds: what the cache marker recorded when tiny-agent was built",
+        }
+    }
+
+
 BENCHMARKS = {
+    "agent": bench_agent,
     "overhead": bench_overhead,
     "scoring": bench_scoring,
     "import": bench_import,
@@ -894,6 +946,11 @@ def _summary_lines(r: dict[str, Any]) -> list[str]:
         for target, m in r["memory"].items():
             lines.append(f"memory {target:10s}         +{m['growth_kib_per_1k_steps_after_first_1k']} KiB per 1k steps "
                          f"after the first 1k ({ {k: v for k, v in m.items() if k.startswith('traced')} })")
+    if "agent_tool_use" in r:
+        a = r["agent_tool_use"]
+        lines.append(f"agent tool use (tiny-agent) {a['first_3_steps']['median']} -> {a['last_5_steps']['median']} "
+                     f"correct calls in {a['setting']['max_steps']} steps (rise {a['rise']['median']}, "
+                     f"{a['train_seconds']['median']} s; tiny-agent built in {a['tiny_agent_build_seconds']} s)")
     if "rescore_throughput" in r:
         rs = r["rescore_throughput"]
         lines.append(f"rescore completions/s     sequential {rs['sequential']['scoring_completions_per_s']}, threads "

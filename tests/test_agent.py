@@ -304,3 +304,29 @@ def test_check_reports_the_tool_use_of_an_agent_env(shell) -> None:
     assert all(len(g["transcripts"]) == 4 for g in report.groups)
     assert "tool use" in str(report) and "tool errors" in report._repr_html_()
     assert report.valid == 16 and not report.errors
+
+
+def correct_call_shares(run) -> list[float]:
+    """Per step, the share of episodes that called the tool the question asks for, with its city (score 1)."""
+    by_step: dict[int, list[bool]] = {}
+    for g in run.groups:
+        by_step.setdefault(g["step"], []).extend(s == 1.0 for s in g["scores"] if s is not None)
+    return [sum(v) / len(v) for _, v in sorted(by_step.items())]
+
+
+@pytest.mark.slow
+def test_grpo_raises_the_share_of_correct_tool_calls_of_tiny_agent() -> None:
+    """tiny-agent picks get_weather or get_time at random; 20 steps of GRPO teach it which one a weather question needs."""
+    from envs.weather_agent import WeatherAgentEnv
+    from grpo_magic import GRPOParams, train
+
+    params = GRPOParams(model="tiny-agent", max_steps=20, batch_size=32, rl_num_generations=8, rl_max_new_tokens=48,
+                        lr=1e-3, rl_kl_coef=0.0, seed=1, project_name="agent-rise")
+    run = train(params, WeatherAgentEnv(asks="weather", seed=1), display=False)
+    shares = correct_call_shares(run)
+    assert run.status == "completed" and len(shares) == 20
+    first, last = sum(shares[:3]) / 3, sum(shares[-5:]) / 5
+    print(f"correct tool calls: {first:.2f} (first 3 steps) -> {last:.2f} (last 5)", [round(s, 2) for s in shares])
+    assert last - first >= 0.25, shares
+    calls = [h["tools/call_frequency"] for h in run.history]
+    assert min(calls) > 0.8  # it keeps calling tools all along: the tool, not the habit, is what changed
