@@ -272,3 +272,45 @@ def transcript(messages: list[dict[str, Any]], calls: list[ToolCall] | None = No
         else:
             out.append({"role": role, "content": content})
     return out
+
+
+# ---------------------------------------------------------------- replaying a logged episode
+
+
+def trl_messages(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A transcript (``transcript``) back in TRL's message form, as reward functions receive episodes."""
+    out = []
+    for turn in turns:
+        if turn.get("role") == "assistant":
+            message: dict[str, Any] = {"role": "assistant", "content": turn.get("content", "")}
+            if turn.get("tool_calls"):
+                message["tool_calls"] = [{"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                                         for c in turn["tool_calls"]]
+            out.append(message)
+        elif turn.get("role") == "tool":
+            out.append({"role": "tool", "name": turn.get("name", ""), "content": turn.get("content", "")})
+        else:
+            out.append({"role": turn.get("role", ""), "content": turn.get("content", "")})
+    return out
+
+
+def replay_episode(spec: AgentSpec, row: dict[str, Any], turns: list[dict[str, Any]]) -> AgentEpisode:
+    """A fresh episode instance, reset with ``row``, that makes the logged tool calls again in order.
+
+    Re-scoring an agent episode needs the state its tool calls left (bookings, answers seen...). The
+    calls themselves are in the transcript, so they are made again on a new instance: for tools that
+    give the same result for the same calls, the state is the episode's. A call the episode's env did
+    not run (an unknown tool) is skipped; one that raises is recorded as it was in training.
+    """
+    episode = spec.factory()
+    episode.reset(**row)
+    tools = set(spec.tool_names)
+    for turn in turns:
+        for call in turn.get("tool_calls") or [] if turn.get("role") == "assistant" else []:
+            name, arguments = call.get("name"), call.get("arguments")
+            if name in tools and isinstance(arguments, dict):
+                try:
+                    getattr(episode, name)(**arguments)
+                except Exception:  # noqa: BLE001 - recorded on the episode by the tool wrapper, as in training
+                    continue
+    return episode

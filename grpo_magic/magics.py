@@ -242,9 +242,12 @@ class GrpoMagics(Magics):
         data = prepared.dataset
         columns = [c for c in data.column_names if c != ENV_PROMPT_COLUMN]
         first = data[0]["prompt"]
-        if not isinstance(first, str):
-            first = tokenizer.apply_chat_template(first, add_generation_prompt=True, tokenize=False)
+        if not isinstance(first, str):  # an agent env's prompts are rendered with its tools by TRL, as here
+            first = tokenizer.apply_chat_template(first, tools=prepared.tools if prepared.agent else None,
+                                                  add_generation_prompt=True, tokenize=False)
         tools = ", ".join(t.get("function", t).get("name", "?") for t in prepared.tools) or "none"
+        if prepared.agent is not None:
+            tools += " (an agent env: the trainer runs and trains whole episodes, one instance per rollout)"
         config = json.dumps(spec.config) if spec.config else "{}"
         original = prompt_text(data[0].get(ENV_PROMPT_COLUMN, data[0]["prompt"]))
         display(HTML(

@@ -22,11 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .agent import agent_spec, is_agent_env, replay_episode, trl_messages
 from .env import (
     PROVIDED_KWARGS,
     EnvSpec,
     build_and_check_dataset,
     check_interface,
+    check_tools,
     episode_parameters,
     get_env,
     prompt_text,
@@ -378,9 +380,10 @@ def rescore(
     reward = EnvReward(env_obj, workers=int(workers or run_workers), timeout=logged.params.get("rl_episode_timeout"),
                        max_error_rate=1.0)
     reward.bind(model, tok)
+    agent = agent_spec(env_obj, spec.fresh_env, check_tools(env_obj)) if is_agent_env(env_obj) else None
     started = time.perf_counter()
     try:
-        outcomes = _score(reward, groups, rows)
+        outcomes = _score(reward, groups, rows, agent)
     finally:
         reward.close()
     elapsed = time.perf_counter() - started
@@ -389,22 +392,33 @@ def rescore(
                          summary=summarize(rescored, elapsed), settings=settings)
 
 
-def _score(reward: EnvReward, groups: list[GroupScored], rows: dict[str, dict[str, Any]] | None) -> dict[int, list]:
-    """Every logged completion through the reward adapter, whole groups per call, as TRL calls it."""
+def _score(reward: EnvReward, groups: list[GroupScored], rows: dict[str, dict[str, Any]] | None,
+           agent: Any = None) -> dict[int, list]:
+    """Every logged completion through the reward adapter, whole groups per call, as TRL calls it.
+
+    An agent env's episodes are replayed from their transcripts (``replay_episode``) on fresh instances,
+    which ``score_episode`` then runs on, as in training.
+    """
     outcomes: dict[int, list] = {}
     chunk: list[tuple[int, GroupScored]] = []
     size = max(CHUNK_COMPLETIONS, reward.runner.workers)
 
     def flush() -> None:
-        prompts, completions, row_list = [], [], []
+        prompts, completions, row_list, episodes = [], [], [], []
         for _, g in chunk:
             row = g.columns if rows is None else rows.get(g.prompt, {})
-            for c in g.completions:
+            for i, c in enumerate(g.completions):
                 prompts.append(row.get("prompt", g.prompt))
-                completions.append(c)
                 row_list.append({k: v for k, v in row.items() if k != "prompt"})
+                if agent is None:
+                    completions.append(c)
+                    continue
+                turns = g.transcripts[i] if i < len(g.transcripts) else [{"role": "assistant", "content": c}]
+                episodes.append(replay_episode(agent, {"prompt": prompts[-1], **row_list[-1]}, turns))
+                completions.append(trl_messages(turns))
         names = sorted({k for r in row_list for k in r})
-        reward(prompts, completions, **{k: [r.get(k) for r in row_list] for k in names})
+        extra = {"environments": episodes} if agent is not None else {}
+        reward(prompts, completions, **{k: [r.get(k) for r in row_list] for k in names}, **extra)
         batch = reward.last_batch.outcomes if reward.last_batch is not None else []
         at = 0
         for key, g in chunk:

@@ -330,3 +330,22 @@ def test_grpo_raises_the_share_of_correct_tool_calls_of_tiny_agent() -> None:
     assert last - first >= 0.25, shares
     calls = [h["tools/call_frequency"] for h in run.history]
     assert min(calls) > 0.8  # it keeps calling tools all along: the tool, not the habit, is what changed
+
+
+def test_rescore_replays_an_agent_episode_from_its_transcript(tmp_path: Path) -> None:
+    """A logged agent run rescored with an edited env: the tool calls are made again on fresh instances."""
+    from envs.weather_agent import WeatherAgentEnv
+    from grpo_magic import GRPOParams, rescore, train
+
+    class Stricter(WeatherAgentEnv):  # the edit: no credit at all for the wrong tool
+        def score_episode(self, model, tokenizer, completion, city, wants):
+            return 1.0 if (wants, city) in self.calls else 0.0
+
+    params = GRPOParams(model="tiny-agent", max_steps=1, batch_size=16, rl_num_generations=8, rl_max_new_tokens=48,
+                        project_name=str(tmp_path / "run"))
+    run = train(params, WeatherAgentEnv(), display=False)
+    report = rescore(run, Stricter())
+    assert report.summary["completions"] == 16 and report.summary["errors"] == 0
+    for g, logged in zip(report.groups, run.groups, strict=True):
+        assert g["old_scores"] == logged["scores"]
+        assert g["new_scores"] == [1.0 if s == 1.0 else 0.0 for s in logged["scores"]]  # the same episodes, replayed
