@@ -14,6 +14,7 @@ from typing import Any
 
 from .errors import GRPOMagicError
 from .params import GROUPS, GRPOParams
+from .redaction import redact
 
 PROG = "grpo-magic"
 
@@ -99,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         params = params_from_namespace(args)
         plan = plan_launch(params, LaunchOptions.from_namespace(args))
         if args.dry_run:
-            print(plan.describe())
+            print(redact(plan.describe()))  # the commands carry --rl-env-config: no token in what we print
             return 0
         if not plan.in_process:
             return execute(plan, params)

@@ -2,7 +2,7 @@
 
 Like transformers' ``utils/notebook.py``, every part of the dashboard is a function of plain data
 (events, or the ``RunView`` they fold into), so the live view and a replay of the run log give the
-same HTML, and tests can read it. Every user or model text is escaped here.
+same HTML, and tests can read it. Every user or model text is escaped (and redacted) here.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..events import GroupScored
+from ..redaction import redact
 from ..text import format_duration
 from .state import RunView
 
@@ -33,7 +34,8 @@ STATUS_COLORS = {
 
 
 def esc(text: Any) -> str:
-    return html.escape(str(text), quote=True)
+    """Escaped, and redacted: a token in a prompt, a completion or a reason is not shown either."""
+    return html.escape(redact(str(text)), quote=True)
 
 
 def duration(seconds: float | None) -> str:
