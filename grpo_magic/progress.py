@@ -146,6 +146,8 @@ class TerminalProgress:
         if kl is not None:
             parts.append(f"kl {kl}")
         parts.append(f"err {event.episode_errors}/{event.episodes}")
+        if event.episodes_abandoned:
+            parts.append(f"abandoned {event.episodes_abandoned} still running")
         parts.append(f"elapsed {format_duration(view.elapsed())}")
         eta = view.eta()
         if eta is not None:
