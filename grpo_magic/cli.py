@@ -155,7 +155,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         end_distributed(barrier=run is not None and run.status in ("completed", "stopped"))
     if is_main_process():
-        print(f"{PROG}: {run.status} after {run.step} steps; weights and run log in {run.output_dir}", file=sys.stderr)
+        if run.status == "stopped":
+            why = f" ({run.stop_reason})" if run.stop_reason in EXIT_STATUS else ""
+            print(f"{PROG}: stopped after {run.step} steps{why}; a checkpoint, the weights and the run log are in "
+                  f"{run.output_dir} (--resume continues from there)", file=sys.stderr)
+        else:
+            print(f"{PROG}: {run.status} after {run.step} steps; weights and run log in {run.output_dir}", file=sys.stderr)
         rewards = [h["reward"] for h in run.history if h.get("reward") is not None]
         if len(rewards) >= 2:
             tail = rewards[-5:]

@@ -318,7 +318,8 @@ def read_run_log(output_dir: str | os.PathLike[str], skipped: list[str] | None =
                 data = json.loads(text)
             except json.JSONDecodeError:
                 data = None
-                why = "cut short (a process killed mid-write?)" if not line.endswith("\n") else "not valid JSON"
+                started = text.startswith("{")  # the start of an event that does not parse: cut, or damaged
+                why = "cut short or damaged (a process killed mid-write?)" if started else "not valid JSON"
             if why is None and (not isinstance(data, dict) or data.get("type") not in EVENT_CLASSES_BY_TYPE):
                 why = "not a grpo_magic event"
             if why is None:

@@ -17,6 +17,7 @@ report them, while we need a fast, dependency-free rewrite of every line we writ
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 
@@ -115,3 +116,27 @@ def redact(text: str) -> str:
         if prefix in text:
             text = pattern.sub(replacement, text)
     return text
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that redacts each record's message: for library loggers that quote our data."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = redact(message)
+        if redacted != message:
+            record.msg, record.args = redacted, ()
+        return True
+
+
+#: Library loggers whose messages quote prompts or reward arguments (TRL warns with a whole row
+#: when every reward function returned None for it).
+LIBRARY_LOGGERS = ("trl.trainer.grpo_trainer",)
+
+
+def redact_library_logs(names: tuple[str, ...] = LIBRARY_LOGGERS) -> None:
+    """Redact what those loggers print (a filter on a logger sees only its own records: hence each name)."""
+    for name in names:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactingFilter) for f in logger.filters):
+            logger.addFilter(RedactingFilter())

@@ -95,8 +95,12 @@ def differences(checkpoint_params: dict[str, Any], params: GRPOParams) -> list[t
     return found
 
 
-def _value(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
+def _flag(name: str, value: Any) -> str:
+    """``--lr 1e-05``; a boolean as its flag (``--peft``, ``--no-peft``)."""
+    flag = GRPOParams.flag(name)
+    if isinstance(value, bool):
+        return flag if value else "--no-" + flag[2:]
+    return f"{flag} {value}"
 
 
 def checkpoint_to_resume(output_dir: Path, params: GRPOParams, processes: int) -> str:
@@ -117,9 +121,9 @@ def checkpoint_to_resume(output_dir: Path, params: GRPOParams, processes: int) -
     old = logged_params(output_dir)
     diffs = differences(old, params) if old else []
     if diffs:
-        trained = " and ".join(f"{GRPOParams.flag(n)} {_value(o)}" for n, o, _ in diffs)
-        this = " and ".join(_value(v) for _, _, v in diffs)
-        fix = " ".join(f"{GRPOParams.flag(n)} {_value(o)}" for n, o, _ in diffs)
+        trained = " and ".join(_flag(n, o) for n, o, _ in diffs)
+        this = " and ".join(_flag(n, v) if isinstance(v, bool) else str(v) for n, _, v in diffs)
+        fix = " ".join(_flag(n, o) for n, o, _ in diffs)
         raise GRPOMagicError(
             f"Cannot resume from {name} in {output_dir}: it was trained with {trained}, and this run has {this}; "
             f"resume with {fix} (other parameters, such as --max-steps, may change), {afresh}"

@@ -34,7 +34,7 @@ from .events import (
 )
 from .params import GRPOParams
 from .preflight import prepare
-from .redaction import redact
+from .redaction import redact, redact_library_logs
 from .resume import checkpoint_step, checkpoint_to_resume, complete_checkpoint
 from .reward import BatchRecord, EnvErrorRateExceeded, EnvReward
 from .signals import StopSignals
@@ -237,6 +237,7 @@ def _quiet_libraries() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    redact_library_logs()  # TRL's warnings quote whole rows of reward arguments: prompts, columns
     for pattern in (".*gradient_checkpointing.*", ".*is_gradient_checkpointing.*", ".*pin_memory.*"):
         warnings.filterwarnings("ignore", message=pattern)
 
