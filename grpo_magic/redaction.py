@@ -69,13 +69,29 @@ _SHAPES = [
 ]
 
 
+_ENV_SEEN: tuple[dict | None, list[tuple[str, str]]] = (None, [])  # (a copy of the environment, its secrets)
+
+
 def _secret_values() -> list[tuple[str, str]]:
-    """(name, value) of every token-like environment variable, longest value first."""
+    """(name, value) of every token-like environment variable, longest value first.
+
+    Read afresh at each call, but rescanned only when the environment changed: comparing it with a
+    copy costs a microsecond, decoding every variable thirty (and the dashboard redacts each text
+    it shows). ``os.environ._data`` is where CPython keeps it; without it, we scan every time.
+    """
+    global _ENV_SEEN
+    data = getattr(os.environ, "_data", None)
+    seen, secrets = _ENV_SEEN
+    if data is not None and seen is not None and data == seen:
+        return secrets
     found = {
         name: value for name, value in os.environ.items()
         if _is_secret_name(name) and len(value.strip()) >= 8
     }
-    return sorted(found.items(), key=lambda kv: -len(kv[1]))
+    secrets = sorted(found.items(), key=lambda kv: -len(kv[1]))
+    if isinstance(data, dict):
+        _ENV_SEEN = (dict(data), secrets)
+    return secrets
 
 
 _SECRET_NAMES: dict[str, bool] = {}  # name -> looks like a secret's (values are always read afresh)

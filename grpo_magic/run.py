@@ -418,7 +418,7 @@ def train(
 
             run.dashboard = Dashboard(on_stop=run.stop, run_log=str(run.run_log))
             if checkpoint is not None:  # the dashboard continues the run: its steps so far, from the run log
-                run.dashboard.feed(read_run_log(output_dir, skipped=[]))
+                run.dashboard.feed(read_run_log(output_dir, skipped=run.dashboard.view.notes))
             run.events.subscribe(run.dashboard)
             run.show_dashboard(display if callable(display) else None)
         for subscriber in subscribers:

@@ -4,7 +4,8 @@ We never re-implement generation, the loss or the advantages. A thin subclass re
 advantages TRL computed for each generation batch (the ``advantages`` entry of what
 ``_generate_and_score_completions`` returns, the very tensor the loss uses), pairs them with the
 reward adapter's record of that batch, and hands both to an ``on_scored`` hook; a
-``TrainerCallback`` turns TRL's logs into step events and carries Stop requests in;
+``TrainerCallback`` turns TRL's logs into step events and carries Stop requests in (a stop is
+saved as a complete checkpoint by Trainer itself, ``control.should_save``);
 ``vllm_engine`` reads which vLLM engine TRL runs, for episodes that continue a conversation.
 
 Each private thing used here is listed in ``TRL_INTERNALS`` and checked when the adapter is first
