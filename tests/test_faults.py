@@ -357,3 +357,6 @@ def test_ctrl_c_in_the_terminal_stops_the_cli_run_with_weights_and_log_saved(in_
     assert isinstance(events[-1], RunFinished) and events[-1].status == "stopped"
     logged = [e.step for e in events if isinstance(e, StepLogged)]
     assert events[-1].steps == logged[-1] and (out / "model.safetensors").exists()
+    checkpoint = out / f"checkpoint-{logged[-1]}"  # the stopped step, complete: --resume continues it
+    assert events[-1].saved == [str(out), str(checkpoint)] and (checkpoint / "optimizer.pt").exists()
+    assert json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] == logged[-1]

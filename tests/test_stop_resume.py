@@ -119,6 +119,26 @@ def test_grpo_stop_leaves_a_complete_checkpoint_and_resume_reaches_max_steps_num
     assert list(grpo_magic.replay(str(run.output_dir)).view.steps) == [1, 2, 3, 4, 5]
 
 
+def test_ctrl_c_in_a_foreground_run_finishes_the_step_with_a_checkpoint(in_tmp):
+    """As on Colab: the run trains in the main thread, and the interrupt button sends SIGINT."""
+    assert threading.current_thread() is threading.main_thread()
+    sent: list[int] = []
+
+    def interrupt_after_step_2(event) -> None:
+        if isinstance(event, StepLogged) and event.step == 2 and not sent:
+            sent.append(event.step)
+            os.kill(os.getpid(), signal.SIGINT)  # handled between two bytecodes of this (the training) thread
+
+    previous = signal.getsignal(signal.SIGINT)
+    run = train(GRPOParams(**FAST, max_steps=50, project_name="interrupted"), LettersEnv(),
+                callbacks=[interrupt_after_step_2])
+    assert signal.getsignal(signal.SIGINT) is previous  # the run's handler is gone with the run
+    assert run.status == "stopped" and run.reason == "stopped by Ctrl-C (SIGINT)" and run.step == 3
+    _complete(run.output_dir / "checkpoint-3", 3)  # step 3 was under way: it was finished, then saved
+    statuses = [e.status for e in read_run_log(run.output_dir) if hasattr(e, "status")]
+    assert statuses[-3:] == ["stopping", "saving", "stopped"]
+
+
 def test_resume_allows_harmless_changes_and_names_one_that_matters(in_tmp):
     params = GRPOParams(**FAST, max_steps=2, save_steps=500, project_name="changed")
     train(params, LettersEnv())
