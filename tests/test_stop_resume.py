@@ -216,7 +216,8 @@ def test_sigterm_to_one_of_two_torchrun_processes_stops_both_at_the_same_step_wi
         if proc.poll() is None:
             proc.kill()
     # Both processes ended as a SIGTERM'd program does (143); torchrun reports that as its own failure (1).
-    assert len(re.findall(r"exitcode\s*:\s*143", err)) == 2 and proc.returncode == 1, err[-3000:]
+    statuses = dict(re.findall(r"rank\s*:\s*(\d) \(local_rank: \d\)\s*\n\s*exitcode\s*:\s*(\d+)", err))
+    assert statuses == {"0": "143", "1": "143"} and proc.returncode == 1, err[-3000:]
     events = list(read_run_log(out))
     finished = events[-1]
     assert isinstance(finished, RunFinished) and finished.status == "stopped", err[-3000:]
