@@ -25,6 +25,7 @@ from typing import Any
 from .env import ENV_PROMPT_COLUMN, prompt_text
 from .errors import GRPOMagicError
 from .params import GRPOParams
+from .redaction import redact
 from .reward import EnvReward
 from .scores import EpisodeOutcome
 
@@ -142,14 +143,16 @@ class CheckReport:
         lines = [head, *(f"  {label:<13}{text}" for label, text in self._rows())]
         lines += [f"  ! {w}" for w in self.warnings]
         lines.append(f"verdict: {self.verdict}")
-        return "\n".join(lines)
+        return redact("\n".join(lines))  # the report quotes env errors and prompts: no token in it
 
     def __repr__(self) -> str:
         return (f"CheckReport(env={self.env!r}, ready={self.ready}, mean={_fmt(self.mean)}, "
                 f"errors={self.error_count}, verdict={self.verdict!r})")
 
     def _repr_html_(self) -> str:
-        esc = html.escape
+        def esc(text: str) -> str:  # redacted before escaping: quoted JSON keys are still quotes then
+            return html.escape(redact(text))
+
         color = "#1a7f37" if self.ready else "#b35900"
         rows = "".join(
             f"<tr><th style='text-align:left;padding-right:1em'>{esc(label)}</th>"

@@ -8,12 +8,15 @@ process prints progress.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from .errors import GRPOMagicError
 from .params import GROUPS, GRPOParams
+from .redaction import redact
 
 PROG = "grpo-magic"
 
@@ -93,56 +96,84 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from .distributed import end_distributed, is_main_process, world_size
     from .launch import LaunchOptions, execute, plan_launch
-    from .run import train
+    from .run import active_run, train
+    from .signals import EXIT_STATUS, Interrupted, StopSignals
 
     try:
         params = params_from_namespace(args)
         plan = plan_launch(params, LaunchOptions.from_namespace(args))
         if args.dry_run:
-            print(plan.describe())
+            print(redact(plan.describe()))  # the commands carry --rl-env-config: no token in what we print
             return 0
         if not plan.in_process:
             return execute(plan, params)
     except GRPOMagicError as exc:
         return _fail(str(exc))
-    try:
-        callbacks = []
-        if is_main_process() and not args.quiet:
-            from .progress import TerminalProgress
 
-            callbacks.append(TerminalProgress())
-        # Several processes train in their main thread: a process group used from a helper thread
-        # aborts the interpreter at exit (and torchrun then kills the ranks still saving).
-        run = train(params, blocking=world_size() > 1, raise_on_failure=False, callbacks=callbacks, display=False,
-                    resume=args.resume)
-    except GRPOMagicError as exc:
-        return _fail(str(exc))
-    # run.wait() also joins the training thread: exiting while it still tears the trainer down
-    # intermittently aborts the interpreter ("terminate called without an active exception").
+    def request_stop(name: str) -> bool:  # a signal handler: sets a flag only (signals)
+        run = active_run()
+        return run is not None and run.request_stop(name)
+
+    # Ctrl-C and SIGTERM are Stop: the step ends, a checkpoint is saved, the run log ends with
+    # RunFinished(stopped), and we exit 130 / 143. A second Ctrl-C (one process) leaves at once.
+    signals = StopSignals(request_stop, escalate=world_size() == 1)
+    run = None
     try:
-        try:
-            run.wait()
-        except KeyboardInterrupt:
-            run.stop()  # the first Ctrl-C: finish the step, save, stop
-            if is_main_process():
-                print(f"{PROG}: stopping after the current step (Ctrl-C again to abort)", file=sys.stderr)
+        with signals:
             try:
-                run.wait()
-            except KeyboardInterrupt:  # the second: leave now, the last checkpoint and the log are on disk
-                print(f"{PROG}: aborted; the run log and the last checkpoint are in {run.output_dir}", file=sys.stderr)
-                return 130
+                callbacks = []
+                if is_main_process() and not args.quiet:
+                    from .progress import TerminalProgress
+
+                    callbacks.append(TerminalProgress())
+                # Several processes train in their main thread: a process group used from a helper thread
+                # aborts the interpreter at exit (and torchrun then kills the ranks still saving).
+                run = train(params, blocking=world_size() > 1, raise_on_failure=False, callbacks=callbacks,
+                            display=False, resume=args.resume)
+            except GRPOMagicError as exc:
+                return _fail(str(exc))
+            # run.wait() also joins the training thread: exiting while it still tears the trainer down
+            # intermittently aborts the interpreter ("terminate called without an active exception").
+            told = False
+            while not run.done:
+                if run.stop_reason and not told and is_main_process():
+                    told = True
+                    again = " (Ctrl-C again to abort)" if signals.escalate else ""
+                    print(f"{PROG}: {run.stop_reason}: stopping after the current step, with a checkpoint{again}",
+                          file=sys.stderr, flush=True)
+                with contextlib.suppress(TimeoutError):
+                    run.wait(timeout=0.25)
+            run.wait()
+    except Interrupted as exc:  # before there was a run: nothing trained, nothing to save
+        print(f"{PROG}: {exc.signal_name} before training started; nothing was trained", file=sys.stderr)
+        return exc.exit_status
+    except KeyboardInterrupt:  # the second Ctrl-C: leave now, the last checkpoint and the log are on disk
+        where = run.output_dir if run is not None else params.project_name
+        print(f"{PROG}: aborted; the run log and the last checkpoint are in {where}", file=sys.stderr)
+        return EXIT_STATUS["SIGINT"]
     except GRPOMagicError as exc:
         return _fail(str(exc), code=1)
     finally:
-        end_distributed()
+        if run is not None and run.done:
+            # The run is over and saved: a late SIGTERM (torchrun sends one to every worker as soon as one of
+            # them exits 143) must not kill this process while it leaves, or it exits -15 instead of 143.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        end_distributed(barrier=run is not None and run.status in ("completed", "stopped"))
     if is_main_process():
-        print(f"{PROG}: {run.status} after {run.step} steps; weights and run log in {run.output_dir}", file=sys.stderr)
+        if run.status == "stopped":
+            why = f" ({run.stop_reason})" if run.stop_reason in EXIT_STATUS else ""
+            print(f"{PROG}: stopped after {run.step} steps{why}; a checkpoint, the weights and the run log are in "
+                  f"{run.output_dir} (--resume continues from there)", file=sys.stderr)
+        else:
+            print(f"{PROG}: {run.status} after {run.step} steps; weights and run log in {run.output_dir}", file=sys.stderr)
         rewards = [h["reward"] for h in run.history if h.get("reward") is not None]
         if len(rewards) >= 2:
             tail = rewards[-5:]
             print(f"{PROG}: mean reward {rewards[0]:.3f} at step 1 -> {sum(tail) / len(tail):.3f} over the last "
                   f"{len(tail)} steps", file=sys.stderr)
-    return 0 if run.status == "completed" else 130
+    if run.status == "completed":
+        return 0
+    return EXIT_STATUS.get(run.stop_reason or "", EXIT_STATUS["SIGINT"]) if run.status == "stopped" else 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -43,12 +43,20 @@ def distributed_overrides() -> dict[str, Any]:
     return {} if torch.cuda.is_available() else {"use_cpu": True}
 
 
-def end_distributed() -> None:
-    """Tear down the process group at exit; a live gloo group aborts the interpreter on its way out."""
+def end_distributed(barrier: bool = False) -> None:
+    """Tear down the process group at exit; a live gloo group aborts the interpreter on its way out.
+
+    ``barrier``: first wait until every process got here (a run that ended well everywhere). A
+    stopped run exits non-zero (130, 143), and torchrun tears down the other processes as soon as
+    one exits so: none may leave before the main one has written the end of the run log.
+    """
     torch = sys.modules.get("torch")
     if torch is None:
         return
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
+        if barrier:
+            with contextlib.suppress(Exception):
+                dist.barrier()
         with contextlib.suppress(Exception):
             dist.destroy_process_group()

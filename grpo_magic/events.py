@@ -132,6 +132,8 @@ class StepLogged(Event):
     elapsed_s: float | None = None
     episode_errors: int = 0
     episodes: int = 0
+    #: Episodes abandoned past rl_episode_timeout (this step or before) whose thread still runs.
+    episodes_abandoned: int = 0
 
 
 @dataclass
@@ -322,23 +324,40 @@ def run_log_path(output_dir: str | os.PathLike[str]) -> Path:
     return path if path.suffix == ".jsonl" else path / RUN_LOG_NAME
 
 
-def read_run_log(output_dir: str | os.PathLike[str]) -> Iterator[Event]:
-    """Yield the events of a run log. A torn last line (process killed mid-write) is skipped."""
+def read_run_log(output_dir: str | os.PathLike[str], skipped: list[str] | None = None) -> Iterator[Event]:
+    """Yield the events of a run log; a line that is not one is skipped, and the rest still read.
+
+    A line cut short (a process killed mid-write: ``kill -9``, a full disk), damaged or foreign is
+    skipped with a note: appended to ``skipped`` when given (``replay`` shows them), else logged
+    once at the end as a warning. Data only: nothing in a line is imported or evaluated.
+    """
     path = run_log_path(output_dir)
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
+    notes: list[str] = [] if skipped is None else skipped
+    noted = len(notes)
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, start=1):
+            text = line.strip()
+            if not text:
                 continue
+            why = None
             try:
-                data = json.loads(line)
+                data = json.loads(text)
             except json.JSONDecodeError:
-                continue
-            if isinstance(data, dict) and data.get("type") in EVENT_CLASSES_BY_TYPE:
+                data = None
+                started = text.startswith("{")  # the start of an event that does not parse: cut, or damaged
+                why = "cut short or damaged (a process killed mid-write?)" if started else "not valid JSON"
+            if why is None and (not isinstance(data, dict) or data.get("type") not in EVENT_CLASSES_BY_TYPE):
+                why = "not a grpo_magic event"
+            if why is None:
                 try:
-                    yield event_from_dict(data)
-                except ValueError:  # a damaged or foreign line: skipped, as data never runs
+                    yield event_from_dict(data)  # type: ignore[arg-type]
                     continue
+                except ValueError as exc:  # a damaged or foreign line: skipped, as data never runs
+                    why = f"not a valid event ({exc})"
+            notes.append(f"line {number} of {path.name} skipped: {why}")
+    if skipped is None and len(notes) > noted:
+        logger.warning("grpo_magic: %s", "; ".join(notes[noted:noted + 5])
+                       + (f"; and {len(notes) - noted - 5} more" if len(notes) - noted > 5 else ""))
 
 
 # ---------------------------------------------------------------- one step's groups, read back

@@ -236,6 +236,10 @@ def plan_launch(params: GRPOParams, options: LaunchOptions, *, gpus: list[str] |
 
     if n == 1 and not split and options.accelerate_config is None:
         return _in_process_plan(params, options, gpus, output_dir, train_gpus=train_gpus)
+    if options.resume:  # a checkpoint this run cannot continue is said here, before any process starts
+        from .resume import checkpoint_to_resume
+
+        checkpoint_to_resume(output_dir, child_params, processes=n)
 
     args = ["-m", "grpo_magic", "train", *_child_args(child_params, options)]
     env = {LAUNCHED_ENV: "1"}
@@ -395,10 +399,14 @@ def execute(plan: LaunchPlan, params: GRPOParams) -> int:
             except KeyboardInterrupt:  # Ctrl-C reached the training processes too: let them save and end
                 continue
     except _Terminated:
+        # SIGTERM to the launcher is SIGTERM to every training process (torchrun and accelerate forward
+        # it): each finishes its step, saves a checkpoint and ends. The launcher kills after 30 s.
         if trainer is not None and trainer.poll() is None:
             trainer.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                trainer.wait(timeout=60)
+            try:
+                trainer.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                trainer.kill()
         return 143
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -388,13 +388,14 @@ class GrpoMagics(Magics):
 
     @line_magic
     def grpo_stop(self, line: str = "") -> Any:
-        """Stop the training run: it finishes its step, saves weights and log, and ends as stopped."""
+        """Stop the training run: it finishes its step, saves a checkpoint (``--resume`` continues it), and ends as stopped."""
         run = active_run()
         if run is None:
             print("No run is training.")
             return None
         run.stop()
-        print(f"Stopping {run.env_name} after the current step; weights and log go to {run.output_dir}.")
+        print(f"Stopping {run.env_name} after the current step; a checkpoint, the weights and the log go to "
+              f"{run.output_dir} (--resume continues from there).")
         return run
 
     @no_var_expand

@@ -33,7 +33,8 @@ def _p(default: Any, help: str, group: str, **meta: Any) -> Any:
 
     Checks in ``meta``: ``ge``/``gt``/``le``/``lt`` bounds, ``choices``, ``required``,
     ``json_object`` (a JSON object string), ``url`` (an http(s) URL), ``path`` (a usable folder
-    name), ``why`` (a hint added to range errors).
+    name), ``why`` (a hint added to range errors). ``checkpoint``: a checkpoint fixes it, so a
+    resumed run must use the checkpoint's value (``resume``).
     """
     return field(default=default, metadata={"help": help, "group": group, **meta})
 
@@ -47,7 +48,7 @@ class GRPOParams:
         None,
         "Model to train: a Hugging Face hub id, a local folder, or 'tiny' (an offline demo model).",
         "Model",
-        required=True,
+        required=True, checkpoint=True,
     )
     project_name: str = _p("grpo-run", "Output folder of the run (weights, checkpoints, run log).", "Model", path=True)
     trainer: str = _p("grpo", "Trainer to use; grpo_magic trains with GRPO only.", "Model", choices=("grpo",))
@@ -82,7 +83,7 @@ class GRPOParams:
     # GRPO
     rl_num_generations: int = _p(
         4, "Completions sampled per prompt; GRPO compares them within the group.", "GRPO", ge=2,
-        why="GRPO needs at least two completions of a prompt to compare",
+        why="GRPO needs at least two completions of a prompt to compare", checkpoint=True,
     )
     rl_kl_coef: float = _p(0.1, "KL penalty against the reference model (beta in GRPOConfig).", "GRPO", ge=0)
     rl_clip_range: float = _p(0.2, "Clipping range of the policy ratio (epsilon in GRPOConfig).", "GRPO", gt=0)
@@ -99,16 +100,17 @@ class GRPOParams:
     max_steps: int | None = _p(None, "Stop after this many optimizer steps (empty: run all epochs).", "Optimization", ge=1)
     batch_size: int = _p(
         4, "Completions per device per step (per_device_train_batch_size); prompts per step = this / generations.",
-        "Optimization", ge=1,
+        "Optimization", ge=1, checkpoint=True,
     )
-    gradient_accumulation: int = _p(1, "Gradient accumulation steps.", "Optimization", ge=1)
-    lr: float = _p(1e-5, "Learning rate.", "Optimization", gt=0)
-    seed: int = _p(42, "Random seed.", "Optimization", ge=0, le=2**32 - 1, why="numpy seeds are 32-bit")
+    gradient_accumulation: int = _p(1, "Gradient accumulation steps.", "Optimization", ge=1, checkpoint=True)
+    lr: float = _p(1e-5, "Learning rate.", "Optimization", gt=0, checkpoint=True)
+    seed: int = _p(42, "Random seed.", "Optimization", ge=0, le=2**32 - 1, why="numpy seeds are 32-bit",
+                   checkpoint=True)
 
     # LoRA
-    peft: bool = _p(False, "Train LoRA adapters (PEFT) instead of every weight.", "LoRA")
-    lora_r: int = _p(16, "LoRA rank.", "LoRA", ge=1)
-    lora_alpha: int = _p(32, "LoRA alpha (scaling).", "LoRA", ge=1)
+    peft: bool = _p(False, "Train LoRA adapters (PEFT) instead of every weight.", "LoRA", checkpoint=True)
+    lora_r: int = _p(16, "LoRA rank.", "LoRA", ge=1, checkpoint=True)
+    lora_alpha: int = _p(32, "LoRA alpha (scaling).", "LoRA", ge=1, checkpoint=True)
 
     # vLLM
     use_vllm: bool = _p(False, "Generate with vLLM (needs a GPU and pip install grpo-magic[vllm]).", "vLLM")

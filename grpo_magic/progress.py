@@ -24,6 +24,7 @@ from .events import (
     StatusChanged,
     StepLogged,
 )
+from .redaction import redact
 from .text import finite, format_duration, plural
 
 _BAR_WIDTH = 20
@@ -81,7 +82,8 @@ class TerminalProgress:
         return shutil.get_terminal_size((100, 24)).columns if self.tty else 100
 
     def _write_line(self, text: str) -> None:
-        """A whole line, ending the in-place progress line first."""
+        """A whole line, ending the in-place progress line first; redacted like everything we print."""
+        text = redact(text)
         if self._open_line:
             self.stream.write("\n")
             self._open_line = False
@@ -89,6 +91,7 @@ class TerminalProgress:
         self.stream.flush()
 
     def _write_progress(self, text: str) -> None:
+        text = redact(text)
         if self.tty:
             width = self._width()
             self.stream.write("\r" + text[: width - 1].ljust(width - 1))
@@ -148,6 +151,8 @@ class TerminalProgress:
         if kl is not None:
             parts.append(f"kl {kl}")
         parts.append(f"err {event.episode_errors}/{event.episodes}")
+        if event.episodes_abandoned:
+            parts.append(f"abandoned {event.episodes_abandoned} still running")
         parts.append(f"elapsed {format_duration(view.elapsed())}")
         eta = view.eta()
         if eta is not None:

@@ -21,7 +21,7 @@ from .episodes import EpisodeRunner
 from .errors import GRPOMagicError
 from .scores import EpisodeOutcome, normalize_score
 
-__all__ = ["BatchRecord", "EnvErrorRateExceeded", "EnvReward", "EpisodeOutcome", "normalize_score"]
+__all__ = ["BatchRecord", "EnvErrorRateExceeded", "EnvReward", "EpisodeOutcome", "error_rate_failure", "normalize_score"]
 
 #: Keyword arguments TRL adds to every reward call that are not dataset columns.
 TRL_EXTRA_KWARGS = ("trainer_state", "log_extra", "log_metric", "environments", "completion_ids")
@@ -46,10 +46,25 @@ class BatchRecord:
     columns: list[dict[str, Any]] = field(default_factory=list)
     #: The error-rate failure of this batch, when the trainer raises it on every process at once.
     failure: str | None = None
+    #: Episodes abandoned past the timeout (this batch or before) still running after this batch.
+    abandoned_running: int = 0
 
     @property
     def scores(self) -> list[float | None]:
         return [o.score for o in self.outcomes]
+
+
+def error_rate_failure(records: list[BatchRecord], max_error_rate: float) -> str | None:
+    """The message that stops a run, when the episodes of these records (one step, every process) failed too often."""
+    outcomes = [o for r in records for o in r.outcomes]
+    errors = [o.error for o in outcomes if o.error is not None]
+    if not outcomes or len(errors) / len(outcomes) <= max_error_rate:
+        return None
+    quoted = (errors[0].get("traceback") or errors[0]["message"]).strip()
+    return (
+        f"{len(errors)} of {len(outcomes)} episodes failed at step {records[0].step}, more than rl_max_error_rate "
+        f"{max_error_rate:g}; fix score_episode (or raise --rl-max-error-rate). First error:\n{quoted}"
+    )
 
 
 def completion_text(completion: Any) -> str:
@@ -108,8 +123,9 @@ class EnvReward:
         self.last_batch: BatchRecord | None = None
         self.totals = {"episodes": 0, "errors": 0, "clipped": 0}
         self.generator: Any = None
-        #: Several processes: record an error-rate failure on the batch instead of raising in this
-        #: process alone (the others would wait for it forever); the trainer raises it everywhere.
+        #: In training: record an error-rate failure on the batch instead of raising inside TRL, where
+        #: the step's groups and errors would be lost (and other processes would wait forever); the
+        #: trainer raises it on every process once the step's episodes are events.
         self.defer_failure = False
         #: A swap asked for by another thread (``request_swap``), applied between two steps.
         self._swap: tuple[Any, Callable[[int], None] | None, Callable[[], Any] | None] | None = None
@@ -174,6 +190,7 @@ class EnvReward:
                                  outcomes=self.score_batch(texts, calls))
         record.columns = [row if isinstance(p, str) else {"prompt": p, **row}
                           for p, row in zip(env_prompts, rows, strict=True)]
+        record.abandoned_running = self.runner.abandoned_running
         outcomes = record.outcomes
         self.last_batch = record
         errors = sum(o.error is not None for o in outcomes)
@@ -191,13 +208,8 @@ class EnvReward:
                 log_metric("env/tool_errors", failures / len(outcomes))
         if self.on_batch is not None:
             self.on_batch(record)
-        if outcomes and errors / len(outcomes) > self.max_error_rate:
-            first = next(o.error for o in outcomes if o.error is not None)
-            quoted = (first.get("traceback") or first["message"]).strip()
-            message = (
-                f"{errors} of {len(outcomes)} episodes failed at step {step}, more than rl_max_error_rate "
-                f"{self.max_error_rate:g}; fix score_episode (or raise --rl-max-error-rate). First error:\n{quoted}"
-            )
+        message = error_rate_failure([record], self.max_error_rate)
+        if message is not None:
             if not self.defer_failure:
                 raise EnvErrorRateExceeded(message)
             record.failure = message

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from .distributed import distributed_overrides, is_main_process
+from .distributed import distributed_overrides, is_main_process, world_size
 from .env import EnvSpec, PreparedEnv
 from .errors import GRPOMagicError
 from .events import (
@@ -35,10 +35,15 @@ from .events import (
 )
 from .params import GRPOParams
 from .preflight import prepare
+from .redaction import redact, redact_library_logs
+from .resume import checkpoint_step, checkpoint_to_resume, complete_checkpoint
 from .reward import BatchRecord, EnvErrorRateExceeded, EnvReward
+from .signals import StopSignals
 from .swap import prepare_swap, source_hash, swap_spec
 
 FINAL_STATUSES = ("completed", "stopped", "failed")
+#: Why a run stopped, by what asked for it: run.stop() (button, %grpo_stop) or a signal (``signals``).
+STOP_REASONS = {"request": "stopped on request", "SIGINT": "stopped by Ctrl-C (SIGINT)", "SIGTERM": "stopped by SIGTERM"}
 MAX_GROUPS_IN_MEMORY = 256
 MAX_ERRORS_IN_MEMORY = 1000
 
@@ -92,7 +97,8 @@ class GRPORun:
         self.dashboard: Any = None
         self._shown_in_cell: int | None = None
         self.exception: BaseException | None = None
-        self._stop = threading.Event()
+        #: What asked the run to stop: "request", "SIGINT" or "SIGTERM" (None: nothing yet).
+        self.stop_reason: str | None = None
         self._finished = threading.Event()
         self._thread: threading.Thread | None = None
         #: Env swaps applied so far: step, env name, class, source hash (from ``EnvSwapped`` events).
@@ -133,14 +139,23 @@ class GRPORun:
         return self._finished.is_set()
 
     def stop(self) -> None:
-        """Ask the run to finish its current step, save its weights and log, and end as ``stopped``."""
+        """Ask the run to finish its current step, save a complete checkpoint and its weights, and end as ``stopped``.
+
+        ``resume=True`` (``--resume``) then continues from that step.
+        """
         if not self.done:
-            self._stop.set()
+            self.request_stop("request")
             self.events.emit(StatusChanged(status="stopping", message="finishing the current step"))
+
+    def request_stop(self, reason: str) -> bool:
+        """Stop at the end of the step, for ``reason``; only sets a flag, so a signal handler may call it."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        return True
 
     @property
     def stop_requested(self) -> bool:
-        return self._stop.is_set()
+        return self.stop_reason is not None
 
     def swap_env(self, env: Any, *, config: dict[str, Any] | None = None) -> EnvSpec:
         """Score with ``env`` (a registered name, a class or an instance) from the next step on.
@@ -283,6 +298,7 @@ def _quiet_libraries() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    redact_library_logs()  # TRL's warnings quote whole rows of reward arguments: prompts, columns
     for pattern in (".*gradient_checkpointing.*", ".*is_gradient_checkpointing.*", ".*pin_memory.*"):
         warnings.filterwarnings("ignore", message=pattern)
 
@@ -290,18 +306,21 @@ def _quiet_libraries() -> None:
 def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path: str, tokenizer: Any,
              trainer_callbacks: list[Any], checkpoint: str | None) -> None:
     from .models import load_model, lora_config
-    from .trainer import build_trainer, events_callback
+    from .trainer import build_trainer, events_callback, save_abandoned
 
     trainer = None
     reward: EnvReward | None = None
     status, reason = "completed", ""
+    callback: Any = None
+    checkpoint_saved: str | None = None
     totals_at_log = {"episodes": 0, "errors": 0}
-    scored = {"episodes": 0, "errors": 0}  # of every process: counted from the gathered batches
+    scored = {"episodes": 0, "errors": 0, "abandoned": 0}  # of every process: counted from the gathered batches
 
     def on_scored(payloads: list[tuple[BatchRecord, list[float]]], num_generations: int) -> None:
         for record, _ in payloads:
             scored["episodes"] += len(record.outcomes)
             scored["errors"] += sum(o.error is not None for o in record.outcomes)
+        scored["abandoned"] = sum(record.abandoned_running for record, _ in payloads)
         _emit_scored(run, payloads, num_generations)
 
     def on_log(step: int, logs: dict[str, Any], max_steps: int, epoch: float | None, elapsed: float) -> None:
@@ -309,7 +328,13 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         errors = scored["errors"] - totals_at_log["errors"]
         totals_at_log.update(scored)
         run.events.emit(StepLogged(step=step, metrics=logs, max_steps=max_steps, epoch=epoch, elapsed_s=elapsed,
-                                   episode_errors=errors, episodes=episodes))
+                                   episode_errors=errors, episodes=episodes, episodes_abandoned=scored["abandoned"]))
+
+    def should_stop() -> str | None:  # at each step's end, in the training thread: events are safe here
+        if run.stop_reason is not None and run.phase != "stopping":
+            run.events.emit(StatusChanged(status="stopping", message=f"{STOP_REASONS.get(run.stop_reason, run.stop_reason)}: "
+                                                                     "saving a checkpoint of this step"))
+        return run.stop_reason
 
     def on_train_begin(max_steps: int) -> None:
         run.max_steps = max_steps
@@ -323,17 +348,25 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         reward = EnvReward(prepared.env, workers=params.rl_env_workers, timeout=params.rl_episode_timeout,
                            max_error_rate=params.rl_max_error_rate)
         run._attach_reward(reward)  # a swap asked for while the model loaded is taken now
-        callback = events_callback(on_log=on_log, on_train_begin=on_train_begin, should_stop=lambda: run.stop_requested)
+        callback = events_callback(on_log=on_log, on_train_begin=on_train_begin, should_stop=should_stop)
         trainer = build_trainer(
             model=model, tokenizer=tokenizer, reward=reward, config=config, dataset=prepared.dataset,
             agent=prepared.agent, peft_config=lora_config(params.lora_r, params.lora_alpha) if params.peft else None,
             callbacks=[callback, *trainer_callbacks], on_scored=on_scored,
         )
         trainer.train(resume_from_checkpoint=checkpoint)
-        if run.stop_requested:
-            status, reason = "stopped", "stopped on request"
+        if callback.stop_reason:  # this process's request, or another process's (they agree at each step)
+            run.stop_reason = run.stop_reason or callback.stop_reason
+            status, reason = "stopped", STOP_REASONS.get(callback.stop_reason, callback.stop_reason)
+            folder = run.output_dir / f"checkpoint-{trainer.state.global_step}"
+            checkpoint_saved = str(folder) if complete_checkpoint(folder) else None
     except KeyboardInterrupt:
         status, reason = "stopped", "interrupted (KeyboardInterrupt)"
+        if trainer is not None and callback is not None:  # the step was abandoned: checkpoint the last one
+            try:
+                checkpoint_saved = save_abandoned(trainer, callback)
+            except Exception as exc:  # noqa: BLE001 - report, never hide the stop
+                reason += f"; saving a checkpoint failed: {type(exc).__name__}: {exc}"
     except EnvErrorRateExceeded as exc:
         status, reason, run.exception = "failed", str(exc), exc
     except Exception as exc:  # noqa: BLE001 - any failure ends the run cleanly, with its reason kept
@@ -348,47 +381,16 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
                 trainer.save_model(str(run.output_dir))
                 if is_main_process():
                     tokenizer.save_pretrained(str(run.output_dir))
-                saved = [str(run.output_dir)]
+                saved = [str(run.output_dir), *([checkpoint_saved] if checkpoint_saved else [])]
             except BaseException as exc:  # noqa: BLE001 - report, never hide the original failure
                 reason = f"{reason}; saving the weights failed too: {type(exc).__name__}: {exc}".lstrip("; ")
                 if status == "completed":
                     status = "failed"
         if reward is not None:
             reward.close()
-        run.events.emit(RunFinished(status=status, reason=reason, output_dir=str(run.output_dir),
+        run.events.emit(RunFinished(status=status, reason=redact(reason), output_dir=str(run.output_dir),
                                     steps=run.step, saved=saved))
         run._finished.set()
-
-
-def _complete_checkpoint(path: Path) -> bool:
-    """Trainer writes trainer_state.json last: without a readable one, the save was cut short (a kill)."""
-    import json
-
-    try:
-        return isinstance(json.loads((path / "trainer_state.json").read_text(encoding="utf-8")), dict)
-    except (OSError, ValueError):
-        return False
-
-
-def _last_checkpoint(output_dir: Path) -> str | None:
-    """The newest complete checkpoint; one a killed process left half-written is passed over."""
-    checkpoints = sorted(
-        (p for p in output_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit() and _complete_checkpoint(p)),
-        key=lambda p: int(p.name.split("-")[-1]),
-    )
-    return str(checkpoints[-1]) if checkpoints else None
-
-
-def _checkpoint_to_resume(output_dir: Path) -> str:
-    """The checkpoint a resumed run continues from; no checkpoint is a clear error before any model loads."""
-    checkpoint = _last_checkpoint(output_dir)
-    if checkpoint is None:
-        where = "does not exist" if not output_dir.exists() else "has no complete checkpoint-* folder"
-        raise GRPOMagicError(
-            f"Cannot resume: {output_dir} {where}; checkpoints are saved every --save-steps steps, so train "
-            "without --resume to start afresh, or pass the --project-name of the run to continue."
-        )
-    return checkpoint
 
 
 def _history_before(output_dir: Path, step: int) -> list[dict[str, Any]]:
@@ -446,12 +448,12 @@ def train(
         _refuse_if_training()  # before the slow checks; again below, where the new run takes the slot
     params, prepared, model_path, tokenizer = prepare(params, env)
     output_dir = Path(params.project_name).expanduser().resolve()
-    checkpoint = _checkpoint_to_resume(output_dir) if resume else None
+    checkpoint = checkpoint_to_resume(output_dir, params, processes=world_size()) if resume else None
 
     run = GRPORun(params, prepared.spec.name, output_dir)
     run._prepared, run._tokenizer, run._env_hash = prepared, tokenizer, source_hash(prepared.spec)
     if checkpoint is not None:  # the steps before the checkpoint are part of this run's history
-        run.history = _history_before(output_dir, int(Path(checkpoint).name.split("-")[-1]))
+        run.history = _history_before(output_dir, checkpoint_step(checkpoint))
         run.step = run.history[-1]["step"] if run.history else 0
     subscribers: list[Callable[[Event], None]] = []
     trainer_callbacks: list[Any] = []
@@ -468,6 +470,8 @@ def train(
             from .dashboard import Dashboard
 
             run.dashboard = Dashboard(on_stop=run.stop, run_log=str(run.run_log))
+            if checkpoint is not None:  # the dashboard continues the run: its steps so far, from the run log
+                run.dashboard.feed(read_run_log(output_dir, skipped=run.dashboard.view.notes))
             run.events.subscribe(run.dashboard)
             run.show_dashboard(display if callable(display) else None)
         for subscriber in subscribers:
@@ -480,7 +484,9 @@ def train(
                                output_dir=str(output_dir), max_steps=params.max_steps))
     args = (run, params, prepared, model_path, tokenizer, trainer_callbacks, checkpoint)
     if blocking:
-        _execute(*args)
+        # In the main thread (a script, Colab, a launched process), Ctrl-C and SIGTERM are Stop (signals).
+        with StopSignals(run.request_stop, escalate=world_size() == 1):
+            _execute(*args)
         return run.wait() if raise_on_failure else run
     run._thread = threading.Thread(target=_execute, args=args, name="grpo-magic-train", daemon=True)
     run._thread.start()

@@ -4,7 +4,8 @@ We never re-implement generation, the loss or the advantages. A thin subclass re
 advantages TRL computed for each generation batch (the ``advantages`` entry of what
 ``_generate_and_score_completions`` returns, the very tensor the loss uses), pairs them with the
 reward adapter's record of that batch, and hands both to an ``on_scored`` hook; a
-``TrainerCallback`` turns TRL's logs into step events and carries Stop requests in;
+``TrainerCallback`` turns TRL's logs into step events and carries Stop requests in (a stop is
+saved as a complete checkpoint by Trainer itself, ``control.should_save``);
 ``vllm_engine`` reads which vLLM engine TRL runs, for episodes that continue a conversation.
 
 Each private thing used here is listed in ``TRL_INTERNALS`` and checked when the adapter is first
@@ -22,7 +23,7 @@ from typing import Any
 
 from .errors import GRPOMagicError
 from .generation import EpisodeGenerator, HFGenerator, VLLMColocateGenerator, VLLMServerGenerator
-from .reward import BatchRecord, EnvErrorRateExceeded, EnvReward
+from .reward import BatchRecord, EnvErrorRateExceeded, EnvReward, error_rate_failure
 
 #: (record, advantages) of each process, in process order.
 ScoredHook = Callable[[list[tuple[BatchRecord, list[float]]], int], None]
@@ -35,6 +36,7 @@ _TRAINER_CLASS: type | None = None
 TRL_INTERNALS = (
     ("GRPOTrainer", "_generate_and_score_completions",
      "overrides to read the advantages each batch trains on, and calls for the agent pre-flight check"),
+    ("GRPOTrainer", "_save_checkpoint", "calls (Trainer's own) to save a complete checkpoint when Ctrl-C abandons a step"),
 )
 
 
@@ -82,11 +84,14 @@ def trainer_class() -> type:
             if self.accelerator.num_processes > 1:
                 # Every rank's groups in rank order; a group split across two ranks is whole again.
                 payload = gather_object(payload)
+            payload = [p for p in payload if p[0] is not None]
             if self.accelerator.is_main_process:
-                hook([p for p in payload if p[0] is not None], self.num_generations)
-            failures = [p[0].failure for p in payload if p[0] is not None and p[0].failure]
-            if failures:  # raised on every process at once, after the main one logged the step's groups
-                raise EnvErrorRateExceeded(failures[0])
+                hook(payload, self.num_generations)
+            # One path for one process and several: the step's groups and errors are events first, then
+            # the run stops, on every process at once, judged on the episodes of every process.
+            failure = error_rate_failure([record for record, _ in payload], reward.max_error_rate)
+            if failure is not None:
+                raise EnvErrorRateExceeded(failure)
             return output
 
     _TRAINER_CLASS = ObservedGRPOTrainer
@@ -131,7 +136,7 @@ def build_trainer(
     trainer.grpo_magic_reward = reward
     reward.agent = agent
     trainer.grpo_magic_on_scored = on_scored
-    reward.defer_failure = trainer.accelerator.num_processes > 1
+    reward.defer_failure = True  # raised by the trainer hook once the step's episodes are events (see above)
     policy = trainer.accelerator.unwrap_model(trainer.model)
     reward.bind(policy, tokenizer, generator=generator_for_trainer(trainer, policy, tokenizer))
     return trainer
@@ -149,14 +154,23 @@ def events_callback(
     *,
     on_log: Callable[[int, dict[str, Any], int, float | None, float], None],
     on_train_begin: Callable[[int], None],
-    should_stop: Callable[[], bool],
+    should_stop: Callable[[], str | None],
 ):
-    """A TrainerCallback that reports TRL's logs and stops training at the end of a step when asked."""
+    """A TrainerCallback that reports TRL's logs and stops training at the end of a step when asked.
+
+    ``should_stop`` gives the reason to stop (or None). A stop saves a complete checkpoint through
+    Trainer's own saving (``control.should_save``: weights, optimizer, scheduler, RNG, trainer state),
+    so ``--resume`` continues from the stopped step; ``stop_reason`` keeps the reason every process
+    agreed on. ``updating`` is True from the optimizer step to the step's end, when the weights and
+    the optimizer do not match ``global_step`` (no checkpoint may be taken then: ``save_abandoned``).
+    """
     from transformers import TrainerCallback
 
     class EventsCallback(TrainerCallback):
         def __init__(self) -> None:
             self.started = time.monotonic()
+            self.stop_reason: str | None = None
+            self.updating = False
 
         def on_train_begin(self, args, state, control, **kwargs):
             self.started = time.monotonic()
@@ -168,16 +182,47 @@ def events_callback(
                 return
             on_log(state.global_step, dict(logs), state.max_steps, state.epoch, time.monotonic() - self.started)
 
+        def on_pre_optimizer_step(self, args, state, control, **kwargs):
+            self.updating = True
+
         def on_step_end(self, args, state, control, **kwargs):
-            stop = should_stop()
+            self.updating = False
+            reason = should_stop()
             if args.world_size > 1:  # every process stops at the same step, or the others wait forever
                 from accelerate.utils import gather_object
 
-                stop = any(gather_object([stop]))
-            if stop:
+                reason = next((r for r in gather_object([reason]) if r), None)
+            if reason:
+                self.stop_reason = reason
                 control.should_training_stop = True
+                control.should_save = True  # Trainer's own complete checkpoint of this step
+                control.should_log = True  # and the step in the history, whatever logging_steps says
 
     return EventsCallback()
+
+
+def save_abandoned(trainer: Any, callback: Any) -> str | None:
+    """After Ctrl-C abandoned a step: a complete checkpoint of the last finished one, if one can be taken.
+
+    Trainer's own ``_save_checkpoint`` (listed in ``TRL_INTERNALS``), as a stop at a step's end
+    would have done. Not during the optimizer step (the weights are half updated), not before any
+    step, and not with several processes (the others are in the middle of a collective call).
+    Returns the checkpoint folder, or None.
+    """
+    import json
+    from pathlib import Path
+
+    state = trainer.state
+    if callback.updating or state.global_step <= 0 or trainer.args.world_size > 1:
+        return None
+    folder = Path(trainer.args.output_dir) / f"checkpoint-{state.global_step}"
+    try:
+        if isinstance(json.loads((folder / "trainer_state.json").read_text(encoding="utf-8")), dict):
+            return str(folder)  # saved at that step already (save_steps)
+    except (OSError, ValueError):
+        pass
+    trainer._save_checkpoint(trainer.model, trial=None)
+    return str(folder)
 
 
 def drop_console_callbacks(trainer: Any) -> None:

@@ -57,8 +57,11 @@ class BadInput:
     env: str | None = None  # module source with class Env (None: envs.letters:LettersEnv)
     surfaces: tuple[str, ...] = ALL
     cell_line: str = ""  # the %%grpo_env line for the "cell" surface
-    setup: str | None = None  # "fake_vllm", "active_run", "pyproject", "no_tool_template"
+    setup: str | None = None  # "fake_vllm", "active_run", "pyproject", "no_tool_template", "checkpoint"
     api_kwargs: dict[str, Any] = field(default_factory=dict)  # more keyword arguments of train()
+    #: setup "checkpoint": the output folder holds a complete checkpoint-2 of a run with the base
+    #: params and these changes ("processes": how many processes trained it).
+    checkpoint: dict[str, Any] = field(default_factory=dict)
 
 
 def _build(body: str) -> dict[str, str]:
@@ -210,6 +213,19 @@ PARAM_ROWS: list[BadInput] = [
     BadInput("a run is already training", ("already training", "stop it first"), setup="active_run"),
     BadInput("resume without a checkpoint", ("Cannot resume", "checkpoint", "without --resume"),
              flags=("--resume",), api_kwargs={"resume": True}),
+    *(BadInput(f"resume with another {what}", ("Cannot resume from checkpoint-2", *words, "without --resume"),
+               params=params, flags=("--resume",), api_kwargs={"resume": True}, setup="checkpoint", checkpoint=old)
+      for what, params, old, words in [
+          ("group size", {"rl_num_generations": 2}, {}, ("trained with --rl-num-generations 4", "this run has 2",
+                                                         "resume with --rl-num-generations 4")),
+          ("batch size", {"batch_size": 8}, {}, ("--batch-size 4", "this run has 8")),
+          ("model", {}, {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, ("--model Qwen/Qwen2.5-0.5B-Instruct", "tiny")),
+          ("learning rate and LoRA", {"lr": 1e-3, "peft": True}, {},
+           ("--lr 1e-05 and --no-peft", "this run has 0.001 and --peft", "resume with --lr 1e-05 --no-peft")),
+          ("seed", {"seed": 7}, {}, ("--seed 42", "this run has 7")),
+          ("number of processes", {}, {"processes": 2}, ("trained by 2 processes", "this run has 1",
+                                                        "--num-processes 2")),
+      ]),
     BadInput("unknown flag / parameter", ("no_such_flag",), api_kwargs={"no_such_flag": 1},
              flags=("--no-such-flag", "1")),
     BadInput("a number that is not one", ("--lr", "fast"), params={"lr": "fast"}),

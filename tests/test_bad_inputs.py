@@ -69,6 +69,7 @@ def _setup(row: BadInput, surface: str, tmp, monkeypatch) -> dict:
         (tmp / f"{module}.py").write_text(row.env, encoding="utf-8")
         params.update(rl_env_module=module, rl_env_class="Env")
         monkeypatch.delitem(sys.modules, module, raising=False)
+    before = dict(params)  # what a checkpoint in the folder was trained with (setup "checkpoint")
     params.update(row.params)
     monkeypatch.setenv("GRPO_MAGIC_VLLM_CHECK_TIMEOUT", "1")
     if row.setup == "fake_vllm":  # vllm "installed" on a machine without a GPU
@@ -89,7 +90,31 @@ def _setup(row: BadInput, surface: str, tmp, monkeypatch) -> dict:
         (folder / "chat_template.jinja").write_text(
             "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    elif row.setup == "checkpoint":
+        _write_checkpoint(tmp / params.get("project_name", "grpo-run"), {**before, **row.checkpoint})
     return params
+
+
+def _write_checkpoint(output_dir, old: dict) -> None:
+    """A folder as a stopped run leaves it: a complete checkpoint-2 and a run log naming its params.
+
+    Written by hand (not trained) so that a row costs milliseconds; what the resume check reads is
+    exactly what Trainer and RunLog write: trainer_state.json, the RNG files, the run_started line.
+    """
+    import json
+
+    from grpo_magic.events import RunLog, RunStarted
+
+    processes = old.pop("processes", 1)
+    folder = output_dir / "checkpoint-2"
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 2, "log_history": []}))
+    for rank in range(processes):
+        (folder / ("rng_state.pth" if processes == 1 else f"rng_state_{rank}.pth")).write_bytes(b"")
+    log = RunLog(output_dir)
+    log(RunStarted(params=GRPOParams(**old).to_dict(), env_name="LettersEnv", model=old["model"],
+                   output_dir=str(output_dir), max_steps=old.get("max_steps")))
+    log.close()
 
 
 def _answer(row: BadInput, surface: str, params: dict, shell, capsys) -> str:

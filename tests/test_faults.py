@@ -8,6 +8,7 @@ the saved weights: the saved weights are those of the last completed step.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -251,9 +252,12 @@ def test_ctrl_c_in_a_foreground_run_is_a_stop_with_weights_and_log_saved(in_tmp)
     run = train(GRPOParams(**FAST, max_steps=5), InterruptedEnv(), callbacks=[weights])
     assert run.status == "stopped" and "KeyboardInterrupt" in run.reason and run.step == 1
     finished = _finished(run)
-    assert finished.status == "stopped" and finished.saved == [str(run.output_dir)]
+    checkpoint = run.output_dir / "checkpoint-1"  # the abandoned step 2 is not in it: step 1 is
+    assert finished.status == "stopped" and finished.saved == [str(run.output_dir), str(checkpoint)]
     assert _saved_weights_are(run, weights.after[1])
     assert (run.output_dir / "tokenizer.json").exists()
+    assert {"optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"} <= {p.name for p in checkpoint.iterdir()}
+    assert json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] == 1
 
 
 def test_ctrl_c_at_a_step_end_keeps_that_step(in_tmp):
@@ -354,3 +358,6 @@ def test_ctrl_c_in_the_terminal_stops_the_cli_run_with_weights_and_log_saved(in_
     assert isinstance(events[-1], RunFinished) and events[-1].status == "stopped"
     logged = [e.step for e in events if isinstance(e, StepLogged)]
     assert events[-1].steps == logged[-1] and (out / "model.safetensors").exists()
+    checkpoint = out / f"checkpoint-{logged[-1]}"  # the stopped step, complete: --resume continues it
+    assert events[-1].saved == [str(out), str(checkpoint)] and (checkpoint / "optimizer.pt").exists()
+    assert json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] == logged[-1]

@@ -2,7 +2,7 @@
 
 Like transformers' ``utils/notebook.py``, every part of the dashboard is a function of plain data
 (events, or the ``RunView`` they fold into), so the live view and a replay of the run log give the
-same HTML, and tests can read it. Every user or model text is escaped here.
+same HTML, and tests can read it. Every user or model text is escaped (and redacted) here.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..events import GroupScored
+from ..redaction import redact
 from ..text import format_duration
 from .state import RunView
 
@@ -33,7 +34,8 @@ STATUS_COLORS = {
 
 
 def esc(text: Any) -> str:
-    return html.escape(str(text), quote=True)
+    """Escaped, and redacted: a token in a prompt, a completion or a reason is not shown either."""
+    return html.escape(redact(str(text)), quote=True)
 
 
 def duration(seconds: float | None) -> str:
@@ -267,9 +269,15 @@ def progress_text(view: RunView) -> str:
     total = view.max_steps or 0
     step_text = f"step {view.step}/{total}" if total else f"step {view.step}"
     eta = view.eta()
-    return f"&nbsp;{step_text} · elapsed {duration(view.elapsed())}" + (
+    text = f"&nbsp;{step_text} · elapsed {duration(view.elapsed())}" + (
         f" · ETA {duration(eta)}" if eta is not None else ""
     )
+    if view.abandoned_running:
+        n = view.abandoned_running
+        text += (f' · <span class="grpo-abandoned" style="color:#d97706" title="episodes past rl_episode_timeout '
+                 f'whose score_episode has not returned; they can no longer use the policy">⚠ {n} abandoned '
+                 f"episode{'s' if n > 1 else ''} still running</span>")
+    return text
 
 
 def info_html(view: RunView) -> str:
@@ -293,6 +301,10 @@ def info_html(view: RunView) -> str:
             info += f"<div>{esc(f.status)}: {esc(f.reason)}</div>"
         if f.saved:
             info += "<div>saved: " + ", ".join(f"<code>{esc(s)}</code>" for s in f.saved) + "</div>"
+    for note in view.notes[:5]:
+        info += f'<div class="grpo-note" style="color:#d97706">note: {esc(note)}</div>'
+    if len(view.notes) > 5:
+        info += f'<div class="grpo-note" style="color:#d97706">note: {len(view.notes) - 5} more lines skipped</div>'
     return info
 
 

@@ -73,6 +73,10 @@ class RunView:
         self.error_total = 0
         self.latest_errors: deque[EpisodeError] = deque(maxlen=LATEST_ERRORS)
         self.errors_version = 0
+        # Episodes abandoned past rl_episode_timeout whose threads still run (the latest step's count).
+        self.abandoned_running = 0
+        # Notes of a replay: run-log lines that were skipped (cut short by a kill, damaged).
+        self.notes: list[str] = []
 
     def reset_run(self) -> None:
         """What a new ``RunStarted`` replaces; the history stays, as a resumed run continues it."""
@@ -143,6 +147,7 @@ class RunView:
             cut_from(event.step, self.steps, *self.metrics.values(), *self.components.values())
         self.step = event.step
         self.last_metrics = event.metrics
+        self.abandoned_running = event.episodes_abandoned
         values = {name: finite(event.metrics.get(name)) for name in CURVE_METRICS}
         values["error_rate"] = event.episode_errors / event.episodes if event.episodes else None
         parts = self._component_values(event.metrics)

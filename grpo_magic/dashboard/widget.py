@@ -400,7 +400,11 @@ class Dashboard:
 
 
 def replay(output_dir: str) -> Dashboard:
-    """A dashboard rebuilt from a run's log: the log is read as data, nothing in it is executed."""
+    """A dashboard rebuilt from a run's log: the log is read as data, nothing in it is executed.
+
+    A line that is not an event (cut short by a kill mid-write, damaged) is skipped and named in a
+    note under the header; the rest of the run shows as usual.
+    """
     dash = Dashboard(run_log=str(output_dir))
-    dash.feed(read_run_log(output_dir))
+    dash.feed(read_run_log(output_dir, skipped=dash.view.notes))
     return dash
