@@ -56,10 +56,9 @@ def tool_names(env: Any, declared: list[dict[str, Any]] | None = None) -> list[s
         named = [t.get("function", t)["name"] for t in declared]
         missing = [n for n in named if not callable(getattr(cls, n, None)) or n.startswith("_")]
         if missing:
-            public = [n for n in _public_methods(cls)]
             raise GRPOMagicError(
                 f"{name}.get_tools() names {missing[0]!r}, but {name} has no public method of that name "
-                f"(methods: {', '.join(public) or 'none'}); add the method or fix the schema's name."
+                f"(methods: {', '.join(_public_methods(cls)) or 'none'}); add the method or fix the schema's name."
             )
         return list(dict.fromkeys(named))
     return _public_methods(cls)

@@ -315,13 +315,13 @@ def correct_call_shares(run) -> list[float]:
 
 
 @pytest.mark.slow
-def test_grpo_raises_the_share_of_correct_tool_calls_of_tiny_agent() -> None:
+def test_grpo_raises_the_share_of_correct_tool_calls_of_tiny_agent(tmp_path: Path) -> None:
     """tiny-agent picks get_weather or get_time at random; 20 steps of GRPO teach it which one a weather question needs."""
     from envs.weather_agent import WeatherAgentEnv
     from grpo_magic import GRPOParams, train
 
     params = GRPOParams(model="tiny-agent", max_steps=20, batch_size=32, rl_num_generations=8, rl_max_new_tokens=48,
-                        lr=1e-3, rl_kl_coef=0.0, seed=1, project_name="agent-rise")
+                        lr=1e-3, rl_kl_coef=0.0, seed=1, project_name=str(tmp_path / "agent-rise"))
     run = train(params, WeatherAgentEnv(asks="weather", seed=1), display=False)
     shares = correct_call_shares(run)
     assert run.status == "completed" and len(shares) == 20
