@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .env import as_dataset
+from .env import as_dataset, say_converted
 from .episodes import AsyncLoop
 from .errors import GRPOMagicError
 from .text import one_line
@@ -271,10 +271,11 @@ def from_reward_funcs(funcs: Any, dataset: Any, weights: Sequence[float] | None 
             why = "two reward functions are named" if names.count(name) > 1 else "a reward function may not be named"
             raise GRPOMagicError(f"{why[0].upper() + why[1:]} {name!r} (each is a component named after it); rename "
                                  "one of them.")
-    data = as_dataset(dataset, "from_reward_funcs", given=True)
+    data = as_dataset(dataset, "from_reward_funcs", given=True, note=False)
     if "prompt" not in data.column_names:
         raise GRPOMagicError(f"The dataset given to from_reward_funcs has no 'prompt' column (columns: "
                              f"{', '.join(data.column_names) or 'none'}); add the prompts as 'prompt'.")
+    say_converted(dataset, data, "from_reward_funcs", given=True)
     columns = [c for c in data.column_names if c != "prompt"]
     for func, name in zip(items, names, strict=True):
         _check_signature(func, name, columns)

@@ -351,10 +351,9 @@ def as_dataset(value: Any, where: str, *, given: bool = False, note: bool = True
         return value
     subject, verb = (f"The dataset given to {where}", "got") if given else (where, "returned")
     if _is_dataframe(value):
-        how, method, convert = "a pandas DataFrame", "Dataset.from_pandas", lambda: Dataset.from_pandas(
-            value, preserve_index=False)
+        how, convert = "a pandas DataFrame", lambda: Dataset.from_pandas(value, preserve_index=False)
     elif isinstance(value, (list, tuple)) and value and all(isinstance(row, dict) for row in value):
-        how, method, convert = "a list of dicts", "Dataset.from_list", lambda: Dataset.from_list(list(value))
+        how, convert = "a list of dicts", lambda: Dataset.from_list(list(value))
     else:
         got = type(value).__name__
         if isinstance(value, (list, tuple)):
@@ -372,9 +371,18 @@ def as_dataset(value: Any, where: str, *, given: bool = False, note: bool = True
             "each column values of one type, or use a datasets.Dataset."
         ) from exc
     if note:
-        print(f"grpo-magic: note: {where} {verb} {how}; converted it with {method} ({len(dataset)} rows).",
-              file=sys.stderr)
+        say_converted(value, dataset, where, given=given)
     return dataset
+
+
+def say_converted(value: Any, dataset: Any, where: str, *, given: bool = False) -> None:
+    """The one-line note of a conversion by ``as_dataset`` (nothing when ``value`` was a Dataset already)."""
+    if value is dataset:
+        return
+    how, method = ("a pandas DataFrame", "Dataset.from_pandas") if _is_dataframe(value) else (
+        "a list of dicts", "Dataset.from_list")
+    print(f"grpo-magic: note: {where} {'got' if given else 'returned'} {how}; converted it with {method} "
+          f"({len(dataset)} rows).", file=sys.stderr)
 
 
 def build_and_check_dataset(env: Any, tokenizer: Any):
@@ -387,8 +395,9 @@ def build_and_check_dataset(env: Any, tokenizer: Any):
         raise GRPOMagicError(
             f"{_where(env, 'build_dataset')} raised {type(exc).__name__}: {one_line(exc)}; fix build_dataset."
         ) from exc
+    returned = dataset
     if not isinstance(dataset, Dataset):
-        dataset = as_dataset(dataset, _where(env, "build_dataset"))
+        dataset = as_dataset(dataset, _where(env, "build_dataset"), note=False)  # said once it passed the checks
     if "prompt" not in dataset.column_names:
         raise GRPOMagicError(
             f"{_where(env, 'build_dataset')} returned a dataset without a 'prompt' column "
@@ -405,6 +414,7 @@ def build_and_check_dataset(env: Any, tokenizer: Any):
                 f"{_where(env, 'build_dataset')}: prompt {i} is a {type(prompt).__name__}, not a string or a list "
                 "of chat messages; return prompts like 'Say hi' or [{'role': 'user', 'content': '...'}]."
             )
+    say_converted(returned, dataset, _where(env, "build_dataset"))
     return dataset
 
 

@@ -266,3 +266,21 @@ def test_rescoring_reward_functions_reads_the_logged_columns(tmp_path):
     for group in report.groups:
         letter = group["prompt"].split()[3]
         assert group["new_scores"] == [float(c.count(letter) >= 2) for c in group["completions"]]
+
+
+def test_build_dataset_may_return_a_dataframe_or_rows_and_says_so_in_one_line(shell, capsys, tmp_path):
+    cell = ("import pandas as pd\n\nclass FrameEnv:\n    def build_dataset(self, tokenizer):\n"
+            "        return pd.DataFrame({'prompt': ['Write the letter a many times: '] * 8, 'letter': ['a'] * 8})\n\n"
+            "    def score_episode(self, model, tokenizer, completion, letter):\n"
+            "        return float(letter in completion)\n")
+    shell.run_cell_magic("grpo_env", "", cell)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ("FrameEnv.build_dataset() returned a pandas DataFrame; converted it with "
+                                     "Dataset.from_pandas (8 rows).") in err
+    run = train(GRPOParams(**FAST, max_steps=1, project_name=str(tmp_path / "run")), "FrameEnv", display=False)
+    assert run.status == "completed", run.reason
+    assert {e.columns.get("letter") for e in read_run_log(run.output_dir) if isinstance(e, GroupScored)} == {"a"}
+    shell.run_cell_magic("grpo_env", "", cell.replace(
+        "pd.DataFrame({'prompt': ['Write the letter a many times: '] * 8, 'letter': ['a'] * 8})",
+        "[{'prompt': 'Write b: ', 'letter': 'b'}] * 4"))
+    assert "returned a list of dicts; converted it with Dataset.from_list (4 rows)." in capsys.readouterr().err
