@@ -284,3 +284,13 @@ def test_build_dataset_may_return_a_dataframe_or_rows_and_says_so_in_one_line(sh
         "pd.DataFrame({'prompt': ['Write the letter a many times: '] * 8, 'letter': ['a'] * 8})",
         "[{'prompt': 'Write b: ', 'letter': 'b'}] * 4"))
     assert "returned a list of dicts; converted it with Dataset.from_list (4 rows)." in capsys.readouterr().err
+
+
+def test_an_assigned_env_exports_under_its_name(shell, capsys):
+    shell.run_cell_magic("grpo_env", "", "from grpo_magic.adapters import from_reasoning_gym\n"
+                                         "Gym = from_reasoning_gym('basic_arithmetic', size=8)\n")
+    target = shell.run_line_magic("grpo_export", "Gym --to gym_env.py")
+    assert "--rl-env-module gym_env --rl-env-class Gym" in capsys.readouterr().out
+    namespace: dict = {}
+    exec(compile(Path(target).read_text(), str(target), "exec"), namespace)  # noqa: S102 - the file just written
+    assert namespace["Gym"].task == "basic_arithmetic"
