@@ -58,8 +58,37 @@ def params_from_namespace(namespace: argparse.Namespace, base: GRPOParams | None
     return (base or GRPOParams()).replace(**given)
 
 
+def version_line() -> str:
+    """``grpo-magic --version``: this package and what it runs on, read from the installed metadata (no import)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    from . import __version__
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    deps = ", ".join(f"{name} {installed(name)}" for name in ("trl", "transformers", "torch"))
+    return f"{PROG} {__version__} ({deps}; Python {platform.python_version()})"
+
+
+class _VersionAction(argparse.Action):
+    """Like argparse's ``version`` action, but on one line (argparse wraps it to the terminal) and computed when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option_string: str | None = None):
+        print(version_line())
+        parser.exit()
+
+
 def build_parser() -> OneLineParser:
     parser = OneLineParser(prog=PROG, description="Train language models with GRPO on your own environment.")
+    parser.add_argument("--version", action=_VersionAction, help="print the version of grpo-magic and of what it runs on")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     train = sub.add_parser("train", help="train a model with GRPO", description="Train a model with GRPO (TRL).")
     add_param_arguments(train)

@@ -48,10 +48,22 @@ class EnvSpec:
     source: str = "python"  # "cell", "module", "python"
     module: str | None = None
     code: str | None = None  # the cell's source, for %grpo_export
+    #: The name the env is bound to in its module or cell (``Gym = from_reasoning_gym(...)``), when that
+    #: is not its class name: what ``--rl-env-class`` must say for the exported module.
+    attr: str | None = None
 
     def __repr__(self) -> str:  # short: a %%grpo_env cell's Out[] must not repeat the whole cell
         config = f", config={self.config}" if self.config else ""
         return f"<EnvSpec {self.name} from {self.source}{config}>"
+
+    @property
+    def attr_name(self) -> str:
+        """The module attribute that holds the env: its bound name, else its class name."""
+        if self.attr:
+            return self.attr
+        if self.cls is not None:
+            return self.cls.__name__
+        return type(self.instance).__name__ if self.instance is not None else self.name
 
     def instantiate(self) -> Any:
         """A fresh instance (or the given one); constructor problems become one clear sentence."""
@@ -77,27 +89,47 @@ def is_env_class(obj: Any) -> bool:
     return inspect.isclass(obj) and all(callable(getattr(obj, m, None)) for m in REQUIRED_METHODS)
 
 
+def is_env_instance(obj: Any) -> bool:
+    """True for an object (not a class) that has both methods an environment needs."""
+    return not inspect.isclass(obj) and all(callable(getattr(obj, m, None)) for m in REQUIRED_METHODS)
+
+
 def register_env(
-    cls: type,
+    cls: Any,
     name: str | None = None,
     *,
     config: dict[str, Any] | str | None = None,
     source: str = "python",
     code: str | None = None,
+    attr: str | None = None,
 ) -> EnvSpec:
-    """Register an environment class under ``name`` (default: its class name); replaces an earlier one."""
+    """Register an environment class (or instance) under ``name`` (default: its class name); replaces an earlier one.
+
+    An instance is used as it is (agent envs get a deep copy per episode), so it takes no ``config``.
+    """
     if not inspect.isclass(cls):
-        raise GRPOMagicError(f"register_env expects a class, got {type(cls).__name__}; pass the class itself.")
-    check_interface(cls, cls.__name__)
-    spec = EnvSpec(
-        name=name or cls.__name__,
-        cls=cls,
-        config=_parse_config(config, cls.__name__),
-        source=source,
-        module=getattr(cls, "__module__", None),
-        code=code,
-    )
-    _check_constructor(cls, spec.config)
+        if not is_env_instance(cls):
+            raise GRPOMagicError(
+                f"register_env expects an environment class or instance, got {type(cls).__name__}; pass a class with "
+                "build_dataset and score_episode (or an instance of one).")
+        if config not in (None, "", {}):
+            raise GRPOMagicError(
+                f"register_env got an instance of {type(cls).__name__} and a config; pass the class with the config, "
+                "or the instance alone.")
+        spec = EnvSpec(name=name or type(cls).__name__, instance=cls, source=source,
+                       module=getattr(type(cls), "__module__", None), code=code, attr=attr)
+    else:
+        check_interface(cls, cls.__name__)
+        spec = EnvSpec(
+            name=name or cls.__name__,
+            cls=cls,
+            config=_parse_config(config, cls.__name__),
+            source=source,
+            module=getattr(cls, "__module__", None),
+            code=code,
+            attr=attr,
+        )
+        _check_constructor(cls, spec.config)
     with _REGISTRY_LOCK:
         _REGISTRY[spec.name] = spec
     return spec
@@ -179,8 +211,11 @@ def check_interface(obj: Any, name: str) -> None:
             )
 
 
-def load_module_env(module_name: str, class_name: str) -> type:
-    """Import ``module_name`` (the current folder is importable) and return its ``class_name``."""
+def load_module_env(module_name: str, class_name: str) -> Any:
+    """Import ``module_name`` (the current folder is importable) and return its ``class_name``.
+
+    That is a class, or an env instance the module binds to that name (``env = HotelEnv(max_turns=5)``).
+    """
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)
@@ -200,6 +235,8 @@ def load_module_env(module_name: str, class_name: str) -> type:
             f"Environment module {module_name!r} has a syntax error at {exc.filename}:{exc.lineno}: {exc.msg}; "
             "fix that line."
         ) from exc
+    except GRPOMagicError as exc:  # an adapter's answer (from_reasoning_gym...) is one sentence with its fix
+        raise GRPOMagicError(f"Importing environment module {module_name!r}: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 - the user's module code raised while importing
         raise GRPOMagicError(
             f"Importing environment module {module_name!r} raised {type(exc).__name__}: {one_line(exc)}; fix the module."
@@ -211,6 +248,8 @@ def load_module_env(module_name: str, class_name: str) -> type:
         raise GRPOMagicError(
             f"Module {module_name!r} has no class {class_name!r} ({hint}); check --rl-env-class."
         )
+    if is_env_instance(cls):
+        return cls
     if not inspect.isclass(cls):
         raise GRPOMagicError(f"{module_name}.{class_name} is a {type(cls).__name__}, not a class; check --rl-env-class.")
     check_interface(cls, f"{module_name}.{class_name}")
@@ -223,6 +262,12 @@ def resolve_env(params: GRPOParams, env: Any = None) -> EnvSpec:
     if env is None:
         if params.rl_env_module and params.rl_env_class:
             cls = load_module_env(params.rl_env_module, params.rl_env_class)
+            if not inspect.isclass(cls):  # an instance the module built
+                if config:
+                    raise GRPOMagicError(
+                        f"{params.rl_env_module}.{params.rl_env_class} is an instance of {type(cls).__name__}, which "
+                        "rl_env_config cannot configure; drop --rl-env-config or name the class in --rl-env-class.")
+                return EnvSpec(name=params.rl_env_class, instance=cls, source="module", module=params.rl_env_module)
             spec = EnvSpec(name=params.rl_env_class, cls=cls, config=config, source="module", module=params.rl_env_module)
             _check_constructor(cls, config)
             return spec
@@ -288,6 +333,58 @@ def _is_messages(value: Any) -> bool:
     )
 
 
+def _is_dataframe(value: Any) -> bool:
+    """A pandas DataFrame, told without importing pandas for anything else."""
+    return type(value).__name__ == "DataFrame" and type(value).__module__.startswith("pandas")
+
+
+def as_dataset(value: Any, where: str, *, given: bool = False, note: bool = True):
+    """A ``datasets.Dataset`` from what people return: a Dataset, a pandas DataFrame or a list of dicts.
+
+    ``where`` names the source (``Env.build_dataset()``, or with ``given`` a function that was passed
+    the dataset). A conversion is said in one line on stderr (``note``), so that nobody wonders where
+    the Dataset came from.
+    """
+    from datasets import Dataset
+
+    if isinstance(value, Dataset):
+        return value
+    subject, verb = (f"The dataset given to {where}", "got") if given else (where, "returned")
+    if _is_dataframe(value):
+        how, convert = "a pandas DataFrame", lambda: Dataset.from_pandas(value, preserve_index=False)
+    elif isinstance(value, (list, tuple)) and value and all(isinstance(row, dict) for row in value):
+        how, convert = "a list of dicts", lambda: Dataset.from_list(list(value))
+    else:
+        got = type(value).__name__
+        if isinstance(value, (list, tuple)):
+            got = f"a {got} of {type(value[0]).__name__}" if value else f"an empty {got}"
+        must = "must be" if given else "must return"
+        raise GRPOMagicError(
+            f"{subject} {must} a datasets.Dataset, a pandas DataFrame or a list of dicts, got {got}; wrap your "
+            "rows with Dataset.from_dict({'prompt': [...]}) or use [{'prompt': ...}, ...]."
+        )
+    try:
+        dataset = convert()
+    except Exception as exc:  # noqa: BLE001 - Arrow refuses columns of mixed types
+        raise GRPOMagicError(
+            f"{where} {verb} {how} that datasets could not convert ({type(exc).__name__}: {one_line(exc)}); give "
+            "each column values of one type, or use a datasets.Dataset."
+        ) from exc
+    if note:
+        say_converted(value, dataset, where, given=given)
+    return dataset
+
+
+def say_converted(value: Any, dataset: Any, where: str, *, given: bool = False) -> None:
+    """The one-line note of a conversion by ``as_dataset`` (nothing when ``value`` was a Dataset already)."""
+    if value is dataset:
+        return
+    how, method = ("a pandas DataFrame", "Dataset.from_pandas") if _is_dataframe(value) else (
+        "a list of dicts", "Dataset.from_list")
+    print(f"grpo-magic: note: {where} {'got' if given else 'returned'} {how}; converted it with {method} "
+          f"({len(dataset)} rows).", file=sys.stderr)
+
+
 def build_and_check_dataset(env: Any, tokenizer: Any):
     """Call ``build_dataset(tokenizer)`` and check what came back; returns the dataset."""
     from datasets import Dataset
@@ -298,11 +395,9 @@ def build_and_check_dataset(env: Any, tokenizer: Any):
         raise GRPOMagicError(
             f"{_where(env, 'build_dataset')} raised {type(exc).__name__}: {one_line(exc)}; fix build_dataset."
         ) from exc
+    returned = dataset
     if not isinstance(dataset, Dataset):
-        raise GRPOMagicError(
-            f"{_where(env, 'build_dataset')} must return a datasets.Dataset, got {type(dataset).__name__}; "
-            "wrap your rows with Dataset.from_dict({'prompt': [...]})."
-        )
+        dataset = as_dataset(dataset, _where(env, "build_dataset"), note=False)  # said once it passed the checks
     if "prompt" not in dataset.column_names:
         raise GRPOMagicError(
             f"{_where(env, 'build_dataset')} returned a dataset without a 'prompt' column "
@@ -319,6 +414,7 @@ def build_and_check_dataset(env: Any, tokenizer: Any):
                 f"{_where(env, 'build_dataset')}: prompt {i} is a {type(prompt).__name__}, not a string or a list "
                 "of chat messages; return prompts like 'Say hi' or [{'role': 'user', 'content': '...'}]."
             )
+    say_converted(returned, dataset, _where(env, "build_dataset"))
     return dataset
 
 

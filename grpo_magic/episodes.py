@@ -257,6 +257,43 @@ class EpisodeRunner:
                 return [self._run_one(e) for e in episodes]
             return self._run_threads(episodes, model)
 
+    def run_batch(self, call: Callable[[], Any], size: int, *, is_async: bool, model: Any = None,
+                  what: str = "score_completions") -> list[EpisodeOutcome]:
+        """One call that scores a whole batch (``score_completions``): ``size`` outcomes, in order.
+
+        The call returns one value per completion (a score, a mapping, or an exception instance: that
+        completion's episode error). An exception or a timeout of the call is every completion's error;
+        the call's time is shared out evenly as latency.
+        """
+        box: dict[str, Any] = {}
+
+        if is_async:
+            async def episode() -> float:
+                box["values"] = await call()
+                return 0.0
+        else:
+            def episode() -> float:
+                box["values"] = call()
+                return 0.0
+
+        start = time.perf_counter()
+        whole = self.run([episode], is_async=is_async, model=model)[0]
+        share = (time.perf_counter() - start) / max(1, size)
+        if whole.error is not None:
+            return [EpisodeOutcome(None, error=dict(whole.error), latency_s=share) for _ in range(size)]
+        values = box.get("values")
+        if not isinstance(values, (list, tuple)) or len(values) != size:
+            got = f"{len(values)} values" if isinstance(values, (list, tuple)) else f"a {type(values).__name__}"
+            error = exception_outcome(ValueError(
+                f"{what} returned {got} for {size} completions; return a list with one value per completion."), share)
+            return [EpisodeOutcome(None, error=dict(error.error or {}), latency_s=share) for _ in range(size)]
+        outcomes = []
+        for value in values:
+            outcome = exception_outcome(value, share) if isinstance(value, BaseException) else normalize_score(value)
+            outcome.latency_s = share
+            outcomes.append(outcome)
+        return outcomes
+
     def _run_one(self, episode: Episode) -> EpisodeOutcome:
         start = time.perf_counter()
         try:

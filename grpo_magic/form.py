@@ -31,7 +31,7 @@ def command_for(params: GRPOParams, env_name: str | None) -> str:
     spec = registered_envs().get(env_name) if env_name else None
     if spec is not None:
         module = spec.module if spec.source == "module" else module_name_for(spec.name)
-        cls_name = spec.cls.__name__ if spec.cls is not None else spec.name
+        cls_name = spec.attr_name
         config = params.rl_env_config if params.rl_env_config is not None else (
             json.dumps(spec.config) if spec.config else None)
         params = params.replace(rl_env_module=module, rl_env_class=cls_name, rl_env_config=config)

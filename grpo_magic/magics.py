@@ -22,7 +22,16 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_
 from traitlets import Bool, Unicode
 
 from .cli import ArgumentError, OneLineParser, add_param_arguments, params_from_namespace
-from .env import EnvSpec, get_env, is_env_class, prepare_env, register_env, registered_envs, unregister_env
+from .env import (
+    EnvSpec,
+    get_env,
+    is_env_class,
+    is_env_instance,
+    prepare_env,
+    register_env,
+    registered_envs,
+    unregister_env,
+)
 from .errors import GRPOMagicError
 from .form import TrainForm, module_name_for
 from .params import GRPOParams
@@ -128,8 +137,9 @@ class GrpoMagics(Magics):
         """Register the environment class this cell defines: %%grpo_env [NAME] [--config JSON] [--swap]
 
         The cell runs in your namespace (the class stays usable as a normal name). The class with
-        build_dataset and score_episode is registered; NAME picks one when the cell defines
-        several. Re-running the cell replaces the registration. A run already training keeps the
+        build_dataset and score_episode is registered, or the env class or instance the cell
+        assigns (Gym = from_reasoning_gym("basic_arithmetic")); NAME picks one when the cell defines
+        or assigns several. Re-running the cell replaces the registration. A run already training keeps the
         class it started with, unless --swap: it then scores with the new class from its next step
         on (same config unless --config is given), after the same checks as before training.
         """
@@ -154,25 +164,34 @@ class GrpoMagics(Magics):
         filename = self.shell.compile.cache(code)  # so that tracebacks from the env show the cell's lines
         try:
             exec(compile(code, filename, "exec"), self.shell.user_ns)  # noqa: S102 - the user's own cell, their namespace
+        except GRPOMagicError as exc:  # an adapter's answer (from_reasoning_gym...) is one sentence with its fix
+            raise UsageError(str(exc)) from None
         except Exception as exc:  # noqa: BLE001
             raise UsageError(f"The %%grpo_env cell raised {type(exc).__name__}: {one_line(exc, 10_000)}; fix the "
                              "cell.") from None
-        classes = {n: self.shell.user_ns[n] for n in class_names if n in self.shell.user_ns}
+        ns = self.shell.user_ns
+        classes = {n: ns[n] for n in class_names if n in ns}
         candidates = {n: c for n, c in classes.items() if is_env_class(c)}
-        cls = self._pick_class(args.name, classes, candidates)
-        name = args.name or cls.__name__
+        for n in _assigned_names(tree):  # Gym = from_reasoning_gym(...), env = HotelEnv(max_turns=5)
+            obj = ns.get(n)
+            if (is_env_class(obj) or is_env_instance(obj)) and not any(obj is c for c in candidates.values()):
+                candidates[n] = obj
+        attr = self._pick_class(args.name, classes, candidates, assigned=set(candidates) - set(classes))
+        cls = candidates[attr]
+        name = args.name or attr
         if args.swap:
             self._check_swap_target(running, name)
         previous = registered_envs().get(name)
         try:
-            spec = register_env(cls, name, config=args.config, source="cell", code=cell)
+            spec = register_env(cls, name, config=args.config, source="cell", code=cell, attr=attr)
             # builds and checks the dataset (a bad env is not kept registered), then swaps when asked
             self._summary(spec, swap=running if args.swap else None, config=args.config,
                           running=running if running is not None and running.env_name == name else None)
         except GRPOMagicError as exc:
             unregister_env(name)
             if previous is not None:
-                register_env(previous.cls, name, config=previous.config, source=previous.source, code=previous.code)
+                register_env(previous.cls or previous.instance, name, config=previous.config if previous.cls else None,
+                             source=previous.source, code=previous.code, attr=previous.attr)
             message = str(exc)
             if args.swap and not message.startswith("Swap refused"):
                 message = f"Swap refused, the run goes on with its env: {message}"
@@ -180,27 +199,32 @@ class GrpoMagics(Magics):
         return spec
 
     @staticmethod
-    def _pick_class(name: str | None, classes: dict[str, type], candidates: dict[str, type]) -> type:
+    def _pick_class(name: str | None, classes: dict[str, type], candidates: dict[str, Any],
+                    assigned: frozenset[str] | set[str] = frozenset()) -> str:
+        """The name (in the cell) of the env to register: NAME's, or the only one the cell defines or assigns."""
         from .env import METHOD_SIGNATURES  # how a missing method is declared, for the fix
 
         if name and name in candidates:
-            return candidates[name]
+            return name
         if name and name in classes:
             missing = [m for m in ("build_dataset", "score_episode") if not callable(getattr(classes[name], m, None))]
             raise UsageError(f"Class {name} has no {missing[0]}() method; add {METHOD_SIGNATURES[missing[0]]} "
                              "to it.")
         if len(candidates) == 1:
-            return next(iter(candidates.values()))
+            return next(iter(candidates))
         if len(candidates) > 1:
-            raise UsageError(f"The cell defines {len(candidates)} environment classes ({', '.join(candidates)}); "
-                             f"name the one to register: %%grpo_env {next(iter(candidates))}.")
+            what = "environment classes" if not assigned else "environments (classes or instances)"
+            verb = "defines" if not assigned else "defines or assigns"
+            raise UsageError(f"The cell {verb} {len(candidates)} {what} ({', '.join(candidates)}); name the one to "
+                             f"register: %%grpo_env {next(iter(candidates))}.")
         if classes:
             first = next(iter(classes.values()))
             missing = [m for m in ("build_dataset", "score_episode") if not callable(getattr(first, m, None))]
             raise UsageError(f"Class {first.__name__} has no {missing[0]}() method; add "
                              f"{METHOD_SIGNATURES[missing[0]]} to it.")
         raise UsageError("The %%grpo_env cell defines no class; define a class with build_dataset(self, tokenizer) "
-                         "and score_episode(self, model, tokenizer, completion, ...).")
+                         "and score_episode(self, model, tokenizer, completion, ...), or assign one "
+                         "(Env = from_reasoning_gym(...)).")
 
     @staticmethod
     def _check_swap_target(running: Any, name: str | None) -> None:
@@ -252,7 +276,7 @@ class GrpoMagics(Magics):
         original = prompt_text(data[0].get(ENV_PROMPT_COLUMN, data[0]["prompt"]))
         display(HTML(
             f"<div class='grpo-env-summary'><b>registered env {html.escape(spec.name)}</b> "
-            f"(class {html.escape(spec.cls.__name__ if spec.cls else spec.name)}, config {html.escape(config)})<br>"
+            f"({html.escape(_kind(spec))}, config {html.escape(config)})<br>"
             f"dataset: {len(data)} prompts, columns: {html.escape(', '.join(columns))}<br>tools: {html.escape(tools)}"
             f"<details><summary>first prompt as the model sees it ({html.escape(model)} tokenizer)</summary>"
             f"<pre style='white-space:pre-wrap'>{html.escape(first)}</pre></details>"
@@ -382,8 +406,7 @@ class GrpoMagics(Magics):
             print("No environment registered; define one in a %%grpo_env cell.")
         for name, spec in envs.items():
             where = "cell" if spec.source == "cell" else spec.module or spec.source
-            print(f"{name}: class {spec.cls.__name__ if spec.cls else '?'} from {where}, "
-                  f"config {json.dumps(spec.config)}")
+            print(f"{name}: {_kind(spec)} from {where}, config {json.dumps(spec.config)}")
         return envs
 
     @line_magic
@@ -429,7 +452,7 @@ class GrpoMagics(Magics):
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(module_source(spec.name, spec.code), encoding="utf-8")
         params = self._export_params().replace(
-            rl_env_module=target.stem, rl_env_class=spec.cls.__name__ if spec.cls else spec.name,
+            rl_env_module=target.stem, rl_env_class=spec.attr_name,
             rl_env_config=json.dumps(spec.config) if spec.config else None)
         command = params.to_command()
         print(f"wrote {target}\nrun it from {target.parent.resolve()}:\n  {command}\n"
@@ -460,7 +483,7 @@ class GrpoMagics(Magics):
         if existing and not force:
             raise UsageError(f"{existing[0]} exists; pass --force to overwrite it.")
         params = self._export_params().replace(
-            rl_env_module=module, rl_env_class=spec.cls.__name__ if spec.cls else spec.name,
+            rl_env_module=module, rl_env_class=spec.attr_name,
             rl_env_config=json.dumps(spec.config) if spec.config else None)
         files = write_folder(folder, module, spec.name, spec.code or "", params)
         launch = folder / "launch.sh"
@@ -468,6 +491,25 @@ class GrpoMagics(Magics):
               f"  {launch}\n  {launch} --dry-run   # the processes and GPUs it would use\n"
               f"  {launch} accelerate   # plain accelerate launch with {folder / 'accelerate_config.yaml'}")
         return folder
+
+
+def _assigned_names(tree: ast.Module) -> list[str]:
+    """The names a cell binds at its top level with ``=`` (``Gym = from_reasoning_gym(...)``), in order."""
+    names: list[str] = []
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign) and node.value is not None else []
+        for target in targets:
+            if isinstance(target, ast.Name) and target.id not in names:
+                names.append(target.id)
+    return names
+
+
+def _kind(spec: EnvSpec) -> str:
+    """How an env was registered, in a few words: its class, or an instance of it."""
+    if spec.cls is not None:
+        return f"class {spec.cls.__name__}"
+    return f"instance of {type(spec.instance).__name__}" if spec.instance is not None else "?"
 
 
 def load_ipython_extension(ipython: Any) -> None:

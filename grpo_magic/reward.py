@@ -185,9 +185,13 @@ class EnvReward:
             record = self._agent_batch(step, env_prompts, completions, rows, environments)
         else:
             texts = [completion_text(c) for c in completions]
-            calls = [self._episode_kwargs(env_prompts[i], rows[i]) for i in range(len(texts))]
+            if callable(getattr(self.env, "score_completions", None)):  # a batched env (grpo_magic.adapters)
+                outcomes = self.score_completions(env_prompts, completions, columns, kwargs)
+            else:
+                calls = [self._episode_kwargs(env_prompts[i], rows[i]) for i in range(len(texts))]
+                outcomes = self.score_batch(texts, calls)
             record = BatchRecord(step=step, prompts=[prompt_text(p) for p in env_prompts], completions=texts,
-                                 outcomes=self.score_batch(texts, calls))
+                                 outcomes=outcomes)
         record.columns = [row if isinstance(p, str) else {"prompt": p, **row}
                           for p, row in zip(env_prompts, rows, strict=True)]
         record.abandoned_running = self.runner.abandoned_running
@@ -251,6 +255,21 @@ class EnvReward:
         return self.generator
 
     # ------------------------------------------------------------ running episodes
+
+    def score_completions(self, prompts: list[Any], completions: list[Any], columns: dict[str, list[Any]],
+                          trl_kwargs: dict[str, Any]) -> list[EpisodeOutcome]:
+        """A batched env scores the whole batch in one call, with what TRL passed (docs/architecture.md,
+        "Adapters"): the prompts, the completions as TRL gave them, every column as a list and TRL's own
+        keyword arguments (``completion_ids``, ``trainer_state``, ``log_extra``, ``log_metric``)."""
+        env, model, tokenizer = self.env, self.model, self.tokenizer
+        extras = {k: trl_kwargs[k] for k in TRL_EXTRA_KWARGS if k in trl_kwargs and k != "environments"}
+        method = env.score_completions
+
+        def call() -> Any:
+            return method(model, tokenizer, list(prompts), list(completions), **columns, **extras)
+
+        return self.runner.run_batch(call, len(completions), is_async=inspect.iscoroutinefunction(method),
+                                     model=model, what=f"{type(env).__name__}.score_completions()")
 
     def score_batch(self, completions: list[str], kwargs_list: list[dict[str, Any]],
                     envs: list[Any] | None = None) -> list[EpisodeOutcome]:

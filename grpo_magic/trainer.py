@@ -40,16 +40,25 @@ TRL_INTERNALS = (
 )
 
 
-def check_trl() -> None:
-    """Raise one clear sentence when the installed TRL lacks something the adapter overrides or reads."""
-    import trl
+#: The TRL releases grpo_magic is tested with: pyproject.toml's range (a test keeps them equal).
+TRL_RANGE = ">=1.16,<1.17"
 
-    owners = {"GRPOTrainer": trl.GRPOTrainer, "GRPOConfig": trl.GRPOConfig}
+
+def check_trl(owners: dict[str, type] | None = None, version: str | None = None) -> None:
+    """Raise one clear sentence when the installed TRL lacks something the adapter overrides or reads.
+
+    ``owners``/``version``: the classes to look at (default: the installed TRL's), so that a test can
+    show the sentence for a release that lacks one.
+    """
+    if owners is None:
+        import trl
+
+        owners, version = {"GRPOTrainer": trl.GRPOTrainer, "GRPOConfig": trl.GRPOConfig}, trl.__version__
     for owner, name, why in TRL_INTERNALS:
         if not hasattr(owners[owner], name):
             raise GRPOMagicError(
-                f"The installed TRL {trl.__version__} has no {owner}.{name}, which grpo_magic {why}; "
-                "install a TRL release grpo_magic supports (pip install 'trl>=1.16,<2')."
+                f"The installed TRL {version} has no {owner}.{name}, which grpo_magic {why}; install a TRL release "
+                f"grpo_magic supports: pip install 'trl{TRL_RANGE}'."
             )
 
 

@@ -85,8 +85,9 @@ ENV_ROWS: list[BadInput] = [
     BadInput("build_dataset raises (multi-line message)", ("build_dataset", "ValueError", "rows file missing"),
              env=env_source(**_build("        raise ValueError('rows file missing\\nsee docs\\nmore')\n")),
              surfaces=ENV_SURFACES),
-    BadInput("build_dataset returns a list", ("datasets.Dataset", "list", "Dataset.from_dict"),
-             env=env_source(**_build("        return [{'prompt': 'hi'}]\n")), surfaces=ENV_SURFACES),
+    BadInput("build_dataset returns a list of strings", ("datasets.Dataset", "list of str", "list of dicts",
+                                                          "Dataset.from_dict"),
+             env=env_source(**_build("        return ['hi']\n")), surfaces=ENV_SURFACES),
     BadInput("build_dataset returns None", ("datasets.Dataset", "NoneType"),
              env=env_source(**_build("        pass\n")), surfaces=ENV_SURFACES),
     BadInput("empty dataset", ("empty dataset", "at least one prompt"),
@@ -168,6 +169,36 @@ AGENT_ROWS: list[BadInput] = [
              env=agent_source(), params={"model": "./no-tools-model"}, setup="no_tool_template"),
 ]
 
+#: Envs made by an adapter (``grpo_magic.adapters``) in the env module or cell, with a mistake the adapter names.
+RF_HEAD = ("from datasets import Dataset\nfrom grpo_magic.adapters import from_reward_funcs\n\n"
+           "DATA = Dataset.from_dict({'prompt': ['Say a: '] * 8, 'answer': ['a'] * 8})\n\n\n")
+RF_GOOD = "def has_a(prompts, completions, **kwargs):\n    return [float('a' in c) for c in completions]\n\n\n"
+RG_HEAD = "from grpo_magic.adapters import from_reasoning_gym\n\n"
+
+ADAPTER_ROWS: list[BadInput] = [
+    BadInput("reward function with the wrong arity", ("'short'", "does not accept 'prompts'", "**kwargs"),
+             env=RF_HEAD + "def short(completions):\n    return [0.0] * len(completions)\n\n\n"
+                 "Env = from_reward_funcs([short], DATA)\n", surfaces=ENV_SURFACES),
+    BadInput("reward function needing an argument TRL does not pass", ("'graded'", "needs 'solution'", "answer"),
+             env=RF_HEAD + "def graded(prompts, completions, solution, **kw):\n    return [0.0] * len(completions)\n"
+                 "\n\nEnv = from_reward_funcs(graded, DATA)\n", surfaces=ENV_SURFACES),
+    BadInput("reward weights of the wrong length", ("weights has 3 values for 1 reward function", "has_a",
+                                                   "one weight per function"),
+             env=RF_HEAD + RF_GOOD + "Env = from_reward_funcs([has_a], DATA, weights=[1, 2, 3])\n",
+             surfaces=ENV_SURFACES),
+    BadInput("reward functions given no prompt column", ("no 'prompt' column", "question", "add the prompts"),
+             env=RF_HEAD + RF_GOOD + "Env = from_reward_funcs(has_a, [{'question': 'Say a'}] * 4)\n",
+             surfaces=ENV_SURFACES),
+    BadInput("unknown reasoning-gym task", ("'basic_arithmatic'", "close names: basic_arithmetic", "use one of"),
+             env=RG_HEAD + "Env = from_reasoning_gym('basic_arithmatic')\n", surfaces=ENV_SURFACES),
+    BadInput("reasoning-gym setting the task lacks", ("has no setting 'max_termz'", "max_terms"),
+             env=RG_HEAD + "Env = from_reasoning_gym('basic_arithmetic', size=8, max_termz=3)\n",
+             surfaces=ENV_SURFACES),
+    BadInput("reasoning-gym config key the task lacks", ("does not accept 'max_termz'", "max_terms"),
+             env=RG_HEAD + "Env = from_reasoning_gym('basic_arithmetic', size=8)\n",
+             params={"rl_env_config": '{"max_termz": 3}'}, surfaces=ENV_SURFACES, cell_line='--config {"max_termz": 3}'),
+]
+
 #: %%grpo_env cells that are wrong in themselves (the "cell" surface only).
 CELL_ROWS: list[BadInput] = [
     BadInput("cell with a syntax error", ("syntax error at line 2",), env="x = 1\ndef f(:\n    pass\n",
@@ -175,6 +206,12 @@ CELL_ROWS: list[BadInput] = [
     BadInput("cell with two env classes", ("2 environment classes", "Env, Other", "%%grpo_env Env"),
              env=env_source() + "\n\nclass Other(Env):\n    pass\n", surfaces=("cell",)),
     BadInput("cell with no class", ("defines no class",), env="x = 1\n", surfaces=("cell",)),
+    BadInput("cell assigning two env objects without NAME", ("2 environments", "Gym, Legs", "%%grpo_env Gym"),
+             env=RG_HEAD + "Gym = from_reasoning_gym('basic_arithmetic', size=8)\n"
+                 "Legs = from_reasoning_gym('leg_counting', size=8)\n", surfaces=("cell",)),
+    BadInput("cell assigning an env instance and a config", ("instance of LettersEnv", "pass the class"),
+             env="from envs.letters import LettersEnv\n\nEnv = LettersEnv()\n", surfaces=("cell",),
+             cell_line='--config {"letter": "b"}'),
     BadInput("cell raising", ("ZeroDivisionError", "fix the cell"), env="x = 1 / 0\n", surfaces=("cell",)),
     BadInput("cell naming a class it lacks", ("Env", "score_episode"), env=env_source(score=""),
              surfaces=("cell",), cell_line="Env"),
@@ -276,7 +313,7 @@ def range_rows() -> list[BadInput]:
 
 
 RANGE_ROWS = range_rows()
-ROWS: list[BadInput] = ENV_ROWS + AGENT_ROWS + CELL_ROWS + PARAM_ROWS + RANGE_ROWS
+ROWS: list[BadInput] = ENV_ROWS + AGENT_ROWS + ADAPTER_ROWS + CELL_ROWS + PARAM_ROWS + RANGE_ROWS
 
 
 def cli_flags(params: dict[str, Any]) -> list[str]:

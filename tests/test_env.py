@@ -111,7 +111,9 @@ class _Tok:
 
 
 @pytest.mark.parametrize(("dataset", "words"), [
-    ([{"prompt": "a"}], ["must return a datasets.Dataset", "got list", "Dataset.from_dict"]),
+    (["a", "b"], ["must return a datasets.Dataset, a pandas DataFrame or a list of dicts", "got a list of str",
+                  "Dataset.from_dict"]),
+    ([{"prompt": "a"}, {"prompt": 3}], ["list of dicts that datasets could not convert", "one type"]),
     (Dataset.from_dict({"text": ["a"]}), ["without a 'prompt' column", "columns: text"]),
     (Dataset.from_dict({"prompt": []}), ["empty dataset"]),
     (Dataset.from_dict({"prompt": [1, 2]}), ["prompt 0 is a int", "chat messages"]),

@@ -1,0 +1,117 @@
+"""The package says truthfully what it needs and what it was tested with.
+
+``pyproject.toml`` names for trl and transformers only the releases CI installs (``requirements-ci.txt``);
+every other pin CI installs is inside the range the package declares; the private TRL hook names
+what is missing in one sentence; ``grpo-magic --version`` says what runs; the README says what each
+extra installs; importing the adapters stays light.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+import tomllib
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+import grpo_magic
+from grpo_magic import GRPOMagicError
+from grpo_magic.cli import main
+from grpo_magic.trainer import TRL_INTERNALS, TRL_RANGE, check_trl
+from tests.test_bad_inputs import FIX_WORDS
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _requirements(lines: list[str]) -> dict[str, Requirement]:
+    reqs = [Requirement(line) for line in lines]
+    return {r.name.lower().replace("_", "-"): r for r in reqs}
+
+
+DECLARED = _requirements(PROJECT["dependencies"])
+PINNED = {name: str(next(iter(r.specifier)).version)
+          for name, r in _requirements([line.split("#")[0].strip() for line in (ROOT / "requirements-ci.txt")
+                                        .read_text().splitlines() if line.split("#")[0].strip()]).items()}
+PINNED["torch"] = re.search(r'"torch==([\d.]+)"', (ROOT / "scripts" / "install.sh").read_text()).group(1)
+
+
+@pytest.mark.parametrize("name", ["trl", "transformers"])
+def test_trl_and_transformers_ranges_name_only_the_release_ci_tests(name):
+    spec, pinned = DECLARED[name].specifier, Version(PINNED[name])
+    assert pinned in spec
+    assert Version(f"{pinned.major}.{pinned.minor + 1}.0") not in spec  # nothing newer than CI tests
+    lowest = min(Version(s.version) for s in spec if s.operator == ">=")
+    assert (lowest.major, lowest.minor) == (pinned.major, pinned.minor)  # nothing older than CI tests
+
+
+def test_every_pin_ci_installs_is_inside_the_declared_range():
+    for extra in ("test", "reasoning-gym", "trackio", "tensorboard", "notebook"):
+        for name, req in _requirements(PROJECT["optional-dependencies"][extra]).items():
+            assert name in PINNED, f"{name} (extra {extra}) is not pinned in requirements-ci.txt"
+            assert Version(PINNED[name]) in req.specifier, (name, PINNED[name], str(req.specifier))
+    for name, req in DECLARED.items():
+        if name in PINNED:
+            assert Version(PINNED[name]) in req.specifier, (name, PINNED[name], str(req.specifier))
+
+
+def test_the_installed_releases_are_the_ones_ci_pins():
+    for name in ("trl", "transformers", "ipykernel"):
+        assert version(name) == PINNED[name]
+
+
+def test_live_widgets_declare_the_ipykernel_they_need():
+    (req,) = [Requirement(r) for r in PROJECT["optional-dependencies"]["notebook"] if r.startswith("ipykernel")]
+    assert req.specifier == SpecifierSet(">=7.1") and Version("7.0.1") not in req.specifier
+
+
+def test_the_trl_hook_says_what_is_missing_in_one_sentence():
+    check_trl()  # the installed TRL has everything the adapter touches
+    import trl
+
+    for owner, name, _ in TRL_INTERNALS:
+        assert hasattr(getattr(trl, owner), name)
+    assert SpecifierSet(TRL_RANGE) == DECLARED["trl"].specifier
+    bare = {"GRPOTrainer": type("GRPOTrainer", (), {}), "GRPOConfig": type("GRPOConfig", (), {})}
+    with pytest.raises(GRPOMagicError) as info:
+        check_trl(bare, "9.0.0")
+    message = str(info.value)
+    assert message.startswith("The installed TRL 9.0.0 has no GRPOTrainer._generate_and_score_completions, which ")
+    assert message.endswith(f"pip install 'trl{TRL_RANGE}'.") and "\n" not in message and FIX_WORDS.search(message)
+    assert message.count(". ") == 0  # one sentence
+
+
+def test_version_flag_names_the_package_and_what_it_runs_on(capsys):
+    assert grpo_magic.__version__ == PROJECT["version"]
+    assert main(["--version"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line == (f"grpo-magic {PROJECT['version']} (trl {version('trl')}, transformers {version('transformers')}, "
+                    f"torch {version('torch')}; Python {sys.version.split()[0]})")
+    done = subprocess.run([sys.executable, "-m", "grpo_magic", "--version"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == line
+
+
+def test_the_readme_says_what_each_extra_installs_and_starts_with_a_virtualenv():
+    readme = (ROOT / "README.md").read_text()
+    for extra, reqs in PROJECT["optional-dependencies"].items():
+        row = next((line for line in readme.splitlines() if f"`grpo-magic[{extra}]`" in line), None)
+        assert row is not None, f"the README does not say what grpo-magic[{extra}] installs"
+        for req in reqs:
+            assert Requirement(req).name in row, (extra, req)
+    fresh = readme.split("## Two commands on a fresh machine", 1)[1]
+    assert fresh.index("python3 -m venv .venv") < fresh.index("bash scripts/install.sh")
+
+
+def test_importing_the_adapters_loads_no_heavy_library():
+    code = ("import sys, grpo_magic.adapters; print(sorted(m for m in ('reasoning_gym', 'datasets', 'torch', "
+            "'transformers', 'trl', 'trackio') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
