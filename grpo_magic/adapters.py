@@ -177,7 +177,7 @@ class RewardFuncsEnv:
             async def gather() -> list[Any]:
                 return list(await asyncio.gather(*(_acall(func, name, call) for _, func, name in pending)))
 
-            for (k, _, _), out in zip(pending, _loop().run(gather()), strict=True):
+            for (k, _, _), out in zip(pending, _loop().submit(gather()).result(), strict=True):
                 outputs[k] = out
         rewards: list[list[float | None]] = []
         for k, name in enumerate(self.reward_names):
