@@ -220,6 +220,10 @@ def check_env(
     dataset = prepared.dataset
     rows = [dataset[i] for i in sorted(random.Random(params.seed).sample(range(len(dataset)), min(samples, len(dataset))))]
 
+    if prepared.agent is not None:
+        from .check_agent import refuse_while_training
+
+        refuse_while_training()
     lm = _load(model_path, tokenizer)
     loaded = time.perf_counter()
     reward = EnvReward(prepared.env, workers=params.rl_env_workers, timeout=params.rl_episode_timeout,

@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import GRPOMagicError
 from .params import GRPOParams
 from .reward import EnvReward
 from .scores import EpisodeOutcome
@@ -34,6 +35,8 @@ def run_agent_episodes(params: GRPOParams, prepared: Any, model: Any, tokenizer:
     """``num_generations`` episodes of each row, run by TRL's tool loop with the policy ``model``."""
     from .trainer import build_trainer, rollouts
 
+    refuse_while_training()
+
     n = params.rl_num_generations
     with tempfile.TemporaryDirectory(prefix="grpo-check-") as out:
         config = params.to_grpo_config(out, max_steps=1, save_strategy="no", report_to=[], logging_steps=1)
@@ -53,6 +56,21 @@ def run_agent_episodes(params: GRPOParams, prepared: Any, model: Any, tokenizer:
         transcripts=list(record.transcripts),
         truncated=[cut[g * n:(g + 1) * n] for g in range(len(rows))],
     )
+
+
+def refuse_while_training() -> None:
+    """One sentence, before any model loads, when a run trains in this process.
+
+    Building a ``GRPOConfig`` resets accelerate's process state, which the running trainer uses.
+    """
+    from .run import active_run
+
+    running = active_run()
+    if running is not None:
+        raise GRPOMagicError(
+            f"A run is training in this process ({running.env_name}, step {running.step}), and checking an agent env "
+            "builds a trainer of its own, which would disturb it; stop the run first (%grpo_stop), or check after it."
+        )
 
 
 def _ids(value: Any) -> list[int]:
