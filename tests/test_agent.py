@@ -349,3 +349,21 @@ def test_rescore_replays_an_agent_episode_from_its_transcript(tmp_path: Path) ->
     for g, logged in zip(report.groups, run.groups, strict=True):
         assert g["old_scores"] == logged["scores"]
         assert g["new_scores"] == [1.0 if s == 1.0 else 0.0 for s in logged["scores"]]  # the same episodes, replayed
+
+
+def test_an_agent_check_is_refused_while_a_run_trains_before_the_model_loads(monkeypatch) -> None:
+    from envs.weather_agent import WeatherAgentEnv
+    from grpo_magic import GRPOMagicError, check_env
+    from grpo_magic import models as models_module
+    from grpo_magic import run as run_module
+
+    class Busy:  # stands for a run training in this process
+        done, env_name, step = False, "OtherEnv", 3
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model loaded before the refusal")
+
+    monkeypatch.setattr(run_module, "_ACTIVE", Busy())
+    monkeypatch.setattr(models_module, "load_model", no_model)
+    with pytest.raises(GRPOMagicError, match=r"A run is training in this process \(OtherEnv, step 3\).*%grpo_stop"):
+        check_env(WeatherAgentEnv(), model="tiny-agent", samples=2, num_generations=2)
