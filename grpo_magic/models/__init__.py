@@ -1,4 +1,5 @@
-"""Models: resolve and load any model (``loading``), and build the offline ones (``tiny``).
+"""Models: resolve and load any model (``loading``), and build the offline ones (``tiny``, and models
+warm-started from it by a ``warmstart`` recipe).
 
 Callers import from this package (``from .models import load_model``), never from its modules,
 so that there is one place to look up, and to patch in tests, how a model is loaded.
@@ -18,11 +19,13 @@ from .loading import (
     supports_bf16,
 )
 from .tiny import TINY, TINY_VERSION, tiny_model_path
+from .warmstart import WarmStart
 
 __all__ = [
     "OFFLINE_MODELS",
     "TINY",
     "TINY_VERSION",
+    "WarmStart",
     "cache_dir",
     "has_cuda",
     "load_model",
