@@ -127,3 +127,11 @@ def test_a_build_is_deterministic_cached_and_loads_like_any_model(
                                            return_tensors="pt", return_dict=True)
     out = model.generate(**prompt, max_new_tokens=4, do_sample=False)
     assert out.shape[1] > prompt["input_ids"].shape[1]
+
+
+def test_warm_started_models_are_offline_models() -> None:
+    from grpo_magic.models import tiny_math
+
+    assert models.OFFLINE_MODELS[models.TINY_MATH] is tiny_math.tiny_math_path
+    assert tiny_math.RECIPE.name == "tiny-math" == models.TINY_MATH
+    assert tiny_math.RECIPE.cache_key.startswith("tiny-math-v")

@@ -1,5 +1,5 @@
-"""Models: resolve and load any model (``loading``), and build the offline ones (``tiny``, and models
-warm-started from it by a ``warmstart`` recipe).
+"""Models: resolve and load any model (``loading``), and build the offline ones (``tiny``, and the
+warm-started ``tiny-math`` made from it by a ``warmstart`` recipe).
 
 Callers import from this package (``from .models import load_model``), never from its modules,
 so that there is one place to look up, and to patch in tests, how a model is loaded.
@@ -19,11 +19,13 @@ from .loading import (
     supports_bf16,
 )
 from .tiny import TINY, TINY_VERSION, tiny_model_path
+from .tiny_math import TINY_MATH, tiny_math_path
 from .warmstart import WarmStart
 
 __all__ = [
     "OFFLINE_MODELS",
     "TINY",
+    "TINY_MATH",
     "TINY_VERSION",
     "WarmStart",
     "cache_dir",
@@ -34,5 +36,6 @@ __all__ = [
     "model_context_length",
     "resolve_model",
     "supports_bf16",
+    "tiny_math_path",
     "tiny_model_path",
 ]
