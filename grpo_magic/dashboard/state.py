@@ -17,18 +17,11 @@ from typing import Any
 
 from ..events import EpisodeError, Event, GroupScored, RunFinished, RunStarted, StatusChanged, StepLogged
 from ..text import finite
+from .panels import curve_metrics
 
-# Metrics kept per logged step for the curves; everything else TRL logs stays in the run log.
-CURVE_METRICS = (
-    "reward",
-    "reward_std",
-    "kl",
-    "loss",
-    "completions/mean_length",
-    "completions/clipped_ratio",
-    "frac_reward_zero_std",
-    "error_rate",
-)
+# Metrics kept per logged step for the curves (the panels' metrics); everything else TRL logs
+# stays in the run log.
+CURVE_METRICS = curve_metrics()
 LATEST_ERRORS = 5  # tracebacks kept for the errors panel
 
 
@@ -57,7 +50,10 @@ class RunView:
         self.range_steps = array("d")
         self.range_min = array("d")
         self.range_max = array("d")
-        self.curves_version = 0  # bumped by StepLogged: a new point on every curve
+        self.curves_version = 0  # bumped by StepLogged (a new point on every curve) and by a new marker
+        # Steps marked on every curve, as (step, label): the seam for events that change a run
+        # midway (an env swapped in, say); nothing adds one yet.
+        self.markers: list[tuple[float, str]] = []
         self.range_version = 0  # bumped by GroupScored: drawn with the next step, or at a flush
         # Groups: the last max_group_steps steps in memory, older ones in the run log.
         self.groups_mem: OrderedDict[int, list[GroupScored]] = OrderedDict()
@@ -76,6 +72,7 @@ class RunView:
         self.stop_requested = False
         self.finished: RunFinished | None = None
         self.env_name = ""
+        self.params: dict[str, Any] = {}  # the run's parameters (RunStarted), for the curves' notes
         self.model = ""
         self.output_dir = ""
         self.max_steps: int | None = None
@@ -91,6 +88,7 @@ class RunView:
         if isinstance(event, RunStarted):
             self.reset_run()
             self.env_name, self.model, self.output_dir = event.env_name, event.model, event.output_dir
+            self.params = dict(event.params) if isinstance(event.params, dict) else {}
             self.max_steps = event.max_steps
             self.t_start = self.t_last = event.time
             self.groups_mem.clear()  # a resumed run re-scores steps from its checkpoint on: those groups come anew
@@ -131,6 +129,7 @@ class RunView:
             self.max_steps = event.max_steps
         if self.steps and event.step < self.steps[-1]:  # a resumed run went back to its checkpoint
             cut_from(event.step, self.steps, *self.metrics.values())
+            self.markers = [m for m in self.markers if m[0] < event.step]
         self.step = event.step
         self.last_metrics = event.metrics
         values = {name: finite(event.metrics.get(name)) for name in CURVE_METRICS}
@@ -198,6 +197,11 @@ class RunView:
         if self.finished is not None or not total or done <= 0 or self.t_train is None or not self.t_last:
             return None
         return (self.t_last - self.t_train) / done * max(total - self.step, 0)
+
+    def add_marker(self, step: float, label: str) -> None:
+        """Mark ``step`` on every curve (e.g. where an env was swapped in)."""
+        self.markers.append((float(step), str(label)))
+        self.curves_version += 1
 
     def latest_group_step(self) -> int | None:
         return next(reversed(self.groups_mem)) if self.groups_mem else None
