@@ -8,17 +8,19 @@ exact-match reward has something to fix. Its corpus has two parts, read in order
    architecture and tokenizer; digits are single tokens) to learn two-digit addition. Its loss
    falls steeply somewhere between steps 300 and 550 of 32-example batches (seen here); this part
    ends at step 800, so the skill is learned with room to spare.
-2. 6,400 sums from a sloppy teacher, who forgets the carry in 60% of the sums that have one and is
-   off by one in 40% of all (right 44% of the time). SFT imitates what it reads last: the model
+2. 6,400 sums from a sloppy teacher, who forgets the carry in 70% of the sums that have one and is
+   off by one in 40% of all (right 41% of the time). SFT imitates what it reads last: the model
    comes out answering in the format, right part of the time, and wrong mostly where the teacher
-   was (a forgotten carry is its most likely answer to many carry sums).
+   was (a forgotten carry is its most likely answer to most carry sums).
 
 The build measures the model on the held-out sums and records it (``RECIPE.info()["check"]``;
-here: greedy 0.74, sampled 0.48). A verifiable reward then teaches what the demonstrations did
+here: greedy 0.65, sampled 0.46). A verifiable reward then teaches what the demonstrations did
 not: with the lesson's fixed GRPO recipe (8 generations, batch 32, 8 new tokens, lr 5e-4,
-``rl_kl_coef`` 0, 60 steps) the mean reward of the last 5 steps was 0.22 to 0.39 above that of the
-first 5 in 8 seeds of 8 here (bench/run.py and tests/test_teaching.py measure it again). About a
-minute to build on one core of this 2-core machine.
+``rl_kl_coef`` 0, 60 steps) the mean reward of the last 5 steps was 0.19 to 0.43 above that of the
+first 5 (mean 0.32) in 24 seeds of 24 here, and greedy accuracy on the held-out sums rose to 0.89 -
+0.98 (bench/run.py and tests/test_teaching.py measure it again). About a minute to build, on one
+core of this 2-core machine. Tuned against v1 (the carry forgotten 60% of the time): its rise was
+0.12 to 0.41 (24 seeds of 25 at 0.15 or more); starting lower leaves more room to rise.
 
 The operands are drawn from 10 to 49; 160 of the 1,600 pairs are held out of the corpus
 (``held_out_pairs``, the same draw as envs/addition.py, which cannot import this module: a test
@@ -41,7 +43,7 @@ LOW, HIGH = 10, 49
 HELD_OUT = 160
 CAREFUL_EXAMPLES = 25_600
 SLOPPY_EXAMPLES = 6_400
-FORGET_CARRY = 0.6  # the sloppy teacher forgets the carry in this share of the sums that have one
+FORGET_CARRY = 0.7  # the sloppy teacher forgets the carry in this share of the sums that have one
 OFF_BY_ONE = 0.4  # and answers one too high or too low in this share of all sums
 
 
@@ -111,7 +113,7 @@ def check(model: Any, tokenizer: Any) -> dict[str, Any]:
 
 RECIPE = WarmStart(
     name=TINY_MATH,
-    version="tiny-math-v1",
+    version="tiny-math-v2",
     corpus=corpus,
     sft={
         "per_device_train_batch_size": 32,
