@@ -104,7 +104,8 @@ def _ints(px: Any, py: Any) -> list[str]:
     coords = np.empty((len(px), 2))
     coords[:, 0] = px
     coords[:, 1] = py
-    return list(map(str, np.rint(np.nan_to_num(coords)).astype(np.int64).ravel().tolist()))
+    coords[coords != coords] = 0.0  # NaN: the caller skips those points
+    return list(map(str, np.rint(coords).astype(np.int64).ravel().tolist()))
 
 
 def _pairs(px: Any, py: Any) -> str:
