@@ -109,6 +109,28 @@ def test_long_runs_are_thinned_and_keep_their_extremes() -> None:
     assert len(set(ys)) == 3  # the spike up, the spike down and the plateau all survive
 
 
+def test_lines_kept_between_redraws_draw_what_a_fresh_drawing_draws() -> None:
+    """The live dashboard formats only new points; a replay draws from scratch: the same SVG, always."""
+    from grpo_magic.dashboard.chart import LineCache
+
+    cache = LineCache()
+    view = view_of(started())
+    script: list[Any] = []
+    for s in range(1, 1_300):  # past MAX_POINTS: buckets of 2, then 4 steps
+        script.append(group(s, [0.0, 1.0] if s % 7 else [0.5, 0.5]))
+        loss = float("nan") if s % 50 == 0 else 0.01 * s if s > 600 else 0.3  # gaps, and a spread that grows
+        script.append(step(s, loss=loss, reward=0.1 * (s % 10)))
+        if s == 700:  # TRL logs a step twice: the second merges into the first
+            script.append(step(s, loss=5.0))
+        if s == 900:  # a resumed run goes back to step 850
+            script += [group(850), step(850, reward=0.99)]
+    for i, event in enumerate(script):
+        view.apply(event)
+        if i % 37 == 0 or i == len(script) - 1:
+            assert chart_html(view, {}, cache=cache) == chart_html(view, {}), f"after event {i}"
+    assert view.cuts >= 1
+
+
 def test_a_marked_step_shows_on_every_curve_and_in_the_png() -> None:
     dash = Dashboard(throttle_s=0)
     dash(started())

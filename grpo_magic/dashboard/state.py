@@ -51,6 +51,7 @@ class RunView:
         self.range_min = array("d")
         self.range_max = array("d")
         self.curves_version = 0  # bumped by StepLogged (a new point on every curve) and by a new marker
+        self.cuts = 0  # bumped when a resumed run drops history: drawings kept from before are stale
         # Steps marked on every curve, as (step, label): the seam for events that change a run
         # midway (an env swapped in, say); nothing adds one yet.
         self.markers: list[tuple[float, str]] = []
@@ -130,6 +131,7 @@ class RunView:
         if self.steps and event.step < self.steps[-1]:  # a resumed run went back to its checkpoint
             cut_from(event.step, self.steps, *self.metrics.values())
             self.markers = [m for m in self.markers if m[0] < event.step]
+            self.cuts += 1
         self.step = event.step
         self.last_metrics = event.metrics
         values = {name: finite(event.metrics.get(name)) for name in CURVE_METRICS}
@@ -152,6 +154,7 @@ class RunView:
                 del self.groups_mem[old]
         if self.range_steps and step < self.range_steps[-1]:
             cut_from(step, self.range_steps, self.range_min, self.range_max)
+            self.cuts += 1
         if step not in self.groups_mem:
             self.groups_mem[step] = []
             while len(self.groups_mem) > self.max_group_steps:

@@ -34,7 +34,7 @@ from ..events import (
     run_log_path,
 )
 from . import html
-from .chart import chart_html
+from .chart import LineCache, chart_html
 from .curves import Curves
 from .notes import notes
 from .state import RunView
@@ -92,6 +92,7 @@ class Dashboard:
         self.render_seconds = 0.0
         self._figure: Curves | None = None  # the PNG's figure, built on first use
         self._png: tuple[Any, bytes] = (None, b"")  # (what it shows, the PNG)
+        self._lines = LineCache()  # the curves' lines so far: a redraw formats only the new points
 
         # Widgets. Each part is re-sent only when its content changed.
         self._header = widgets.HTML()
@@ -351,7 +352,7 @@ class Dashboard:
                 return  # drawn at a later step, once the budget allows (or by a forced render)
         self._rendered["curves_version"] = (view.curves_version, view.range_version)
         t0 = time.perf_counter()
-        content = chart_html(view, notes(view))
+        content = chart_html(view, notes(view), cache=self._lines)
         if self._rendered.get("curves_html") != content:
             self._rendered["curves_html"] = content
             self._curves.value = content
