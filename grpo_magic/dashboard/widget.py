@@ -43,13 +43,13 @@ LATEST = -1
 """Dropdown value meaning "follow the latest step" (steps themselves are >= 0)."""
 
 _MAX_STEP_OPTIONS = 200  # the step selector lists at most this many old steps (thinned evenly)
-# The curves follow the steps: they are redrawn (SVG, ``chart``, ~0.5-2 ms) at a logged step,
+# The curves follow the steps: they are redrawn (SVG, ``chart``, ~0.3 ms) at a logged step,
 # outside the throttle of the other parts, whenever their time so far plus one more drawing stays
 # within _CURVES_BUDGET of the time since training started, and at most every _CURVES_MIN_INTERVAL
-# seconds (so a browser is not sent more than 20 a second). On a CPU with 50 ms steps that is every
+# seconds (a browser is not sent more than 50 a second). On a CPU with 40-50 ms steps that is every
 # step or every other one; bench/run.py measures it (curve_updates_per_step, the share of step time).
 _CURVES_BUDGET = 0.01
-_CURVES_MIN_INTERVAL = 0.05
+_CURVES_MIN_INTERVAL = 0.02
 _curves_cost_seen = 0.001  # the last drawing's cost in this process: the next run's first estimate
 
 
