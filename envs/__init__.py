@@ -5,4 +5,5 @@ They do not import grpo_magic, so that each one shows the whole env contract on 
 
 - ``envs.hotel_env.HotelEnv``: a multi-turn tool-using hotel booking agent.
 - ``envs.arithmetic.ArithmeticEnv``: single-turn reasoning with an ``<answer>`` tag.
+- ``envs.addition.AdditionEnv``: "What is 23 + 45?", exact match; the SFT-then-GRPO lesson with ``tiny-math``.
 """

@@ -63,8 +63,8 @@ def shoot(out: Path, max_steps: int, shot_step: int, work: Path, timeout_s: floa
                 dash.wait_for(timeout=timeout_s * 1000)
                 step = wait_for_step(page, shot_step, timeout_s)
                 expect(dash.locator(".grpo-group").first).to_be_visible(timeout=30_000)
-                page.wait_for_function("img => img.complete && img.naturalWidth > 300",
-                                       arg=dash.locator("img.grpo-curves").element_handle(), timeout=30_000)
+                page.wait_for_function("svg => svg.getBoundingClientRect().width > 200",
+                                       arg=dash.locator(".grpo-curves svg").first.element_handle(), timeout=30_000)
                 page.wait_for_timeout(500)  # let the last widget update paint
                 cell = page.locator(".jp-CodeCell").filter(has=page.locator(".grpo-dashboard")).first
                 cell.scroll_into_view_if_needed()

@@ -232,7 +232,7 @@ def test_a_cell_agent_env_trains_whole_episodes_on_its_own_instances(shell) -> N
     assert (run.output_dir / "events.jsonl").read_text().count('"transcripts": [[{"role": "assistant"') == 4
 
 
-def test_tool_results_are_masked_out_of_trls_loss_and_later_turns_are_trained(tiny_path: str) -> None:
+def test_tool_results_are_masked_out_of_trls_loss_and_later_turns_are_trained(tmp_path: Path) -> None:
     """On TRL's own batch and loss: no gradient reaches the logits of tool-result tokens, some reaches later turns."""
     import torch
 
@@ -250,7 +250,7 @@ def test_tool_results_are_masked_out_of_trls_loss_and_later_turns_are_trained(ti
     reward = EnvReward(prepared.env)
     torch.manual_seed(0)
     trainer = build_trainer(model=load_model(path, tokenizer=tokenizer), tokenizer=tokenizer, reward=reward,
-                            config=params.to_grpo_config(str(Path(tiny_path).parent / "mask-test"), max_steps=1),
+                            config=params.to_grpo_config(str(tmp_path / "mask-test"), max_steps=1),
                             dataset=prepared.dataset, agent=prepared.agent)
     trainer.model.train()
     batch = rollouts(trainer, [prepared.dataset[i] for i in range(2) for _ in range(8)])
@@ -367,3 +367,22 @@ def test_an_agent_check_is_refused_while_a_run_trains_before_the_model_loads(mon
     monkeypatch.setattr(models_module, "load_model", no_model)
     with pytest.raises(GRPOMagicError, match=r"A run is training in this process \(OtherEnv, step 3\).*%grpo_stop"):
         check_env(WeatherAgentEnv(), model="tiny-agent", samples=2, num_generations=2)
+
+
+def test_the_curves_add_trls_tool_metrics_when_the_run_has_them(tmp_path: Path) -> None:
+    pytest.importorskip("ipywidgets")
+    from grpo_magic import replay
+
+    for name, metrics in (("agent", {"reward": 0.5, "tools/call_frequency": 1.5, "tools/failure_frequency": 0.25}),
+                          ("plain", {"reward": 0.5})):
+        log = RunLog(tmp_path / name)
+        log(RunStarted(params={}, env_name="E", model="tiny", output_dir=str(tmp_path / name), max_steps=2))
+        for step in (1, 2):
+            log(StepLogged(step=step, metrics=metrics, max_steps=2))
+        log.close()
+        dash = replay(str(tmp_path / name))
+        shows = 'data-panel="tools"' in dash.curves_html
+        assert shows == (name == "agent"), name
+        if shows:
+            assert "tool calls per episode" in dash.curves_html and "calls per episode: 1.5" in dash.curves_html
+            assert dash.reward_png[:4] == b"\x89PNG"

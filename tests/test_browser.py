@@ -1,10 +1,11 @@
 """The live dashboard in a real browser: JupyterLab and Notebook 7 in headless Chromium.
 
 A notebook registers a slow env and starts a background run with ``%grpo_train --run``; the page
-must show the step counter advancing, scored groups and the reward plot while the cell is done
+must show the step counter advancing, scored groups and the curves while the cell is done
 and the kernel idle (widget messages from the training thread reach the browser live), and the
-dashboard's Stop button must end the run as ``stopped`` with its weights saved. Screenshots of
-the dashboard mid-run and at the end are kept in the test's tmp folder.
+dashboard's Stop button must end the run as ``stopped`` with its weights saved. A fast run must
+show its curves changing as it goes (not only at the end) and a note next to a puzzling curve.
+Screenshots of the dashboard mid-run and at the end are kept in the test's tmp folder.
 """
 
 from __future__ import annotations
@@ -109,10 +110,10 @@ def test_live_dashboard_and_stop_button(ui: str, jupyter: JupyterServer, browser
         expect(card).to_contain_text(re.compile(r"A [+-]\d\.\d\d"))
         expect(card).to_contain_text("Write the letter a")
 
-        # The reward plot: an image inside the dashboard, loaded and not empty.
-        plot = dash.locator("img.grpo-curves")
-        expect(plot).to_be_visible()
-        page.wait_for_function("img => img.complete && img.naturalWidth > 300", arg=plot.element_handle(),
+        # The curves: SVG panels inside the dashboard, drawn and not empty.
+        plot = dash.locator(".grpo-curves svg[data-panel='reward']")
+        expect(plot).to_be_visible(timeout=30_000)
+        page.wait_for_function("svg => svg.getBoundingClientRect().width > 200", arg=plot.element_handle(),
                                timeout=30_000)
         dash.screenshot(path=str(tmp_path / f"dashboard-{ui}-mid-run.png"))
         page.screenshot(path=str(tmp_path / f"page-{ui}-mid-run.png"))
@@ -140,3 +141,66 @@ def test_live_dashboard_and_stop_button(ui: str, jupyter: JupyterServer, browser
     finally:
         page.close()
         jupyter.shutdown_kernels()  # frees the CPU (and ends the run) before the next UI starts
+
+
+FAST_ENV_CELL = '''%%grpo_env FastLetters
+from datasets import Dataset
+
+class FastLetters:
+    """Share of 'a' in the reply: no waiting, so steps take what the tiny model takes."""
+
+    def build_dataset(self, tokenizer):
+        return Dataset.from_dict({"prompt": [f"Write the letter a {i} times: " for i in range(32)]})
+
+    def score_episode(self, model, tokenizer, completion):
+        return completion.count("a") / max(1, len(completion))
+'''
+
+
+def test_the_curves_follow_a_fast_run_and_explain_themselves(jupyter: JupyterServer, browser: Any,
+                                                             tmp_path: Path) -> None:
+    """Tiny steps (a tenth of a second or less): the page's curves must change at least 5 times during the run."""
+    from playwright.sync_api import expect
+
+    name = "fast_curves.ipynb"
+    train_line = ("run = %grpo_train --env FastLetters --model tiny --max-steps 150 --batch-size 8 "
+                  "--rl-num-generations 4 --rl-max-new-tokens 8 --rl-kl-coef 0 --project-name run-fast --run")
+    write_notebook(jupyter.root_dir / name, training_notebook_cells(FAST_ENV_CELL, train_line))
+    page = browser.new_page()
+    try:
+        open_notebook(page, jupyter.url("lab", name))
+        run_all_cells(page)
+        dash = page.locator(".grpo-dashboard").first
+        dash.wait_for(timeout=KERNEL_AND_FIRST_STEP_S * 1000)
+        chart = dash.locator(".grpo-curves .grpo-chart")
+        seen: list[int] = []
+        deadline = time.monotonic() + KERNEL_AND_FIRST_STEP_S + 120
+        status = page.locator(".grpo-dashboard .grpo-status").first
+        while time.monotonic() < deadline:
+            if chart.count():
+                drawn = int(chart.first.get_attribute("data-step") or 0)
+                if not seen or drawn != seen[-1]:
+                    seen.append(drawn)
+            if re.search("completed|failed|stopped", status.inner_text()):
+                break
+            page.wait_for_timeout(50)
+        expect(status).to_have_text("completed", timeout=120_000)
+        during = [s for s in seen if 0 < s < 150]
+        assert len(during) >= 5, f"the curves changed only at steps {seen} of a 150-step run"
+        # tiny never learned to stop: the clipped share is near 1, and its note says what that means
+        note = dash.locator(".grpo-note[data-panel='length']")
+        expect(note).to_contain_text("completions cut off")
+        note.locator("summary").click()
+        expect(note).to_contain_text("Raise rl_max_new_tokens")
+        dash.screenshot(path=str(tmp_path / "dashboard-fast-curves.png"))
+        print(f"curves drawn at steps {seen}; screenshot in {tmp_path}")
+    except BaseException:
+        try:
+            page.screenshot(path=str(tmp_path / "page-fast-failure.png"))
+        except Exception:  # noqa: BLE001 - the page may be gone
+            pass
+        print(f"screenshots in {tmp_path}\njupyter log:\n{jupyter.log_tail()}")
+        raise
+    finally:
+        page.close()
+        jupyter.shutdown_kernels()

@@ -17,21 +17,12 @@ from typing import Any
 
 from ..events import EnvSwapped, EpisodeError, Event, GroupScored, RunFinished, RunStarted, StatusChanged, StepLogged
 from ..text import finite
+from .panels import COMPONENT_PREFIX, OPTIONAL, PANELS, Panel, components_panel, curve_metrics
 
-# Metrics kept per logged step for the curves; everything else TRL logs stays in the run log.
-CURVE_METRICS = (
-    "reward",
-    "reward_std",
-    "kl",
-    "loss",
-    "completions/mean_length",
-    "completions/clipped_ratio",
-    "frac_reward_zero_std",
-    "error_rate",
-)
+# Metrics kept per logged step for the curves (the panels' metrics); everything else TRL logs
+# stays in the run log.
+CURVE_METRICS = curve_metrics()
 LATEST_ERRORS = 5  # tracebacks kept for the errors panel
-#: TRL's name prefix of the reward components an env returns (``components/<name>``).
-COMPONENT_PREFIX = "components/"
 MAX_COMPONENTS = 12  # curves kept; an env that invents a name per episode must not grow the view forever
 
 
@@ -63,7 +54,11 @@ class RunView:
         self.range_steps = array("d")
         self.range_min = array("d")
         self.range_max = array("d")
-        self.curves_version = 0  # bumped by StepLogged: a new point on every curve
+        self.curves_version = 0  # bumped by StepLogged (a new point on every curve) and by a new marker
+        self.cuts = 0  # bumped when a resumed run drops history: drawings kept from before are stale
+        # Steps marked on every curve, as (step, label): the seam for events that change a run
+        # midway (an env swapped in, say); nothing adds one yet.
+        self.markers: list[tuple[float, str]] = []
         self.range_version = 0  # bumped by GroupScored: drawn with the next step, or at a flush
         # Groups: the last max_group_steps steps in memory, older ones in the run log.
         self.groups_mem: OrderedDict[int, list[GroupScored]] = OrderedDict()
@@ -86,6 +81,7 @@ class RunView:
         self.stop_requested = False
         self.finished: RunFinished | None = None
         self.env_name = ""
+        self.params: dict[str, Any] = {}  # the run's parameters (RunStarted), for the curves' notes
         self.model = ""
         self.output_dir = ""
         self.max_steps: int | None = None
@@ -101,6 +97,7 @@ class RunView:
         if isinstance(event, RunStarted):
             self.reset_run()
             self.env_name, self.model, self.output_dir = event.env_name, event.model, event.output_dir
+            self.params = dict(event.params) if isinstance(event.params, dict) else {}
             self.max_steps = event.max_steps
             self.t_start = self.t_last = event.time
             self.groups_mem.clear()  # a resumed run re-scores steps from its checkpoint on: those groups come anew
@@ -127,7 +124,7 @@ class RunView:
             self._apply_group(event)
         elif isinstance(event, EnvSwapped):
             self.swaps.append(event)
-            self.curves_version += 1  # a marker on the curves
+            self.add_marker(event.step, f"env swapped to {event.class_name}")  # a marker on the curves
             return True
         elif isinstance(event, EpisodeError):
             self.error_counts[event.kind] = self.error_counts.get(event.kind, 0) + 1
@@ -145,6 +142,8 @@ class RunView:
             self.max_steps = event.max_steps
         if self.steps and event.step < self.steps[-1]:  # a resumed run went back to its checkpoint
             cut_from(event.step, self.steps, *self.metrics.values(), *self.components.values())
+            self.markers = [m for m in self.markers if m[0] < event.step]
+            self.cuts += 1
         self.step = event.step
         self.last_metrics = event.metrics
         self.abandoned_running = event.episodes_abandoned
@@ -180,6 +179,7 @@ class RunView:
                 del self.groups_mem[old]
         if self.range_steps and step < self.range_steps[-1]:
             cut_from(step, self.range_steps, self.range_min, self.range_max)
+            self.cuts += 1
         if step not in self.groups_mem:
             self.groups_mem[step] = []
             while len(self.groups_mem) > self.max_group_steps:
@@ -225,6 +225,24 @@ class RunView:
         if self.finished is not None or not total or done <= 0 or self.t_train is None or not self.t_last:
             return None
         return (self.t_last - self.t_train) / done * max(total - self.step, 0)
+
+    def series(self, metric: str) -> array:
+        """A curve's values by its metric name: a kept metric, or a reward component (``components/<name>``)."""
+        if metric.startswith(COMPONENT_PREFIX) and metric not in self.metrics:
+            return self.components.get(metric[len(COMPONENT_PREFIX):], array("d"))
+        return self.metrics.get(metric, array("d"))
+
+    def panels(self) -> tuple[Panel, ...]:
+        """The panels this run shows: the fixed ones, the optional ones with data, its reward components."""
+        extra = [p for p in OPTIONAL if any(v == v for s in p.series for v in self.metrics[s.metric][-200:])]
+        if self.components:
+            extra.append(components_panel(tuple(self.components)))
+        return PANELS + tuple(extra)
+
+    def add_marker(self, step: float, label: str) -> None:
+        """Mark ``step`` on every curve (e.g. where an env was swapped in)."""
+        self.markers.append((float(step), str(label)))
+        self.curves_version += 1
 
     def latest_group_step(self) -> int | None:
         return next(reversed(self.groups_mem)) if self.groups_mem else None

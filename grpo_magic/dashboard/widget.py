@@ -1,7 +1,8 @@
 """The notebook dashboard: the one object that displays a run, with core ipywidgets.
 
 It subscribes to the run's event stream, folds each event into a ``RunView`` (``state``) and
-renders that view with the pure builders of ``html`` and the curves of ``curves``. It never reaches
+renders that view with the pure builders of ``html``, the live curves of ``chart`` (SVG, with the
+notes of ``notes``) and, when asked, the PNG of ``curves``. It never reaches
 into the trainer (docs/architecture.md, "The dashboard"): everything it shows comes from events,
 so ``replay(output_dir)`` rebuilds the same view from the run log. The training thread is the only
 writer during a run; renders are throttled and batched with ``hold_sync`` so a fast run does not
@@ -14,6 +15,7 @@ that importing this module (and ``%load_ext grpo_magic``) stays light.
 
 from __future__ import annotations
 
+import base64
 import bisect
 import math
 import threading
@@ -21,23 +23,34 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..events import Event, GroupScored, RunLogIndex, RunStarted, StatusChanged, read_run_log, run_log_path
+from ..events import (
+    Event,
+    GroupScored,
+    RunLogIndex,
+    RunStarted,
+    StatusChanged,
+    StepLogged,
+    read_run_log,
+    run_log_path,
+)
 from . import html
+from .chart import LineCache, chart_html
 from .curves import Curves
+from .notes import notes
 from .state import RunView
 
 LATEST = -1
 """Dropdown value meaning "follow the latest step" (steps themselves are >= 0)."""
 
 _MAX_STEP_OPTIONS = 200  # the step selector lists at most this many old steps (thinned evenly)
-# The curves (a matplotlib PNG, ~50-200 ms on a CPU) are the one costly part of a render. Between
-# forced renders they are redrawn at most every max(throttle_s, last drawing's cost / budget)
-# seconds (up to _CURVES_MAX_WAIT), counted from the start of training, so that they take about
-# 1% of the training thread's time however fast the steps and slow the machine (bench/run.py
-# measures it: overhead_ratio). A short run on a CPU thus shows its curves at the end.
+# The curves follow the steps: they are redrawn (SVG, ``chart``, ~0.3 ms) at a logged step,
+# outside the throttle of the other parts, whenever their time so far plus one more drawing stays
+# within _CURVES_BUDGET of the time since training started, and at most every _CURVES_MIN_INTERVAL
+# seconds (a browser is not sent more than 50 a second). On a CPU with 40-50 ms steps that is every
+# step or every other one; bench/run.py measures it (curve_updates_per_step, the share of step time).
 _CURVES_BUDGET = 0.01
-_CURVES_MAX_WAIT = 20.0
-_curves_cost_seen = 0.1  # the last drawing's cost in this process: the next run's first estimate
+_CURVES_MIN_INTERVAL = 0.02
+_curves_cost_seen = 0.001  # the last drawing's cost in this process: the next run's first estimate
 
 
 class Dashboard:
@@ -71,9 +84,15 @@ class Dashboard:
         self._last_render_cost = 0.0
         self._curves_at = -math.inf  # when the curves were last drawn (time.monotonic)
         self._curves_cost = _curves_cost_seen  # what that drawing cost (seconds)
+        self._curves_clock = time.monotonic()  # the budget's start: training's start, once it starts
+        self._curves_spent = 0.0  # seconds spent drawing curves since then
+        self.curve_updates = 0  # how many times the curves were updated (sent to the page)
+        self.curve_seconds = 0.0  # and the time that took, in total
         self.render_count = 0
         self.render_seconds = 0.0
-        self._figure: Curves | None = None
+        self._figure: Curves | None = None  # the PNG's figure, built on first use
+        self._png: tuple[Any, bytes] = (None, b"")  # (what it shows, the PNG)
+        self._lines = LineCache()  # the curves' lines so far: a redraw formats only the new points
 
         # Widgets. Each part is re-sent only when its content changed.
         self._header = widgets.HTML()
@@ -90,7 +109,7 @@ class Dashboard:
         if on_stop is None:
             self._stop_button.layout.display = "none"
         self._info = widgets.HTML()
-        self._curves = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
+        self._curves = widgets.HTML(layout=widgets.Layout(width="100%"))
         self._step_select = widgets.Dropdown(
             options=[("latest", LATEST)],
             value=LATEST,
@@ -148,12 +167,15 @@ class Dashboard:
                 self._log_reader = None
                 self._rendered.clear()
             elif training_starts:
-                self._curves_at = time.monotonic()  # the first curves wait for the budget too
+                self._curves_clock = time.monotonic()  # the budget counts training time
+                self._curves_spent = 0.0
             if not self._rendering_enabled:
                 return
             wait = max(self.throttle_s, min(3.0 * self._last_render_cost, 1.0))
             if force or time.monotonic() - self._last_render >= wait:
                 self._render(full=force)
+            elif isinstance(event, StepLogged):
+                self._render_curves(False)  # the curves follow the steps, not the throttle
 
     def feed(self, events: Iterable[Event]) -> None:
         """Fold many events without rendering in between, then render once (a replay)."""
@@ -183,7 +205,26 @@ class Dashboard:
 
     @property
     def reward_png(self) -> bytes:
-        return bytes(self._curves.value)
+        """The curves as a PNG (matplotlib), drawn now if they changed since the last one; b"" with no data."""
+        with self._lock:
+            view = self.view
+            if not view.steps and not view.range_steps:
+                return b""
+            key = (view.curves_version, view.range_version)
+            if self._png[0] != key:
+                panels = view.panels()
+                if self._figure is None or self._figure.panels != panels:  # a component or tool panel appeared
+                    self._figure = Curves(panels)
+                series = {s.metric: view.series(s.metric) for p in panels for s in p.series}
+                png = self._figure.png(view.steps, {**view.metrics, **series}, view.range_steps, view.range_min,
+                                       view.range_max, view.markers)
+                self._png = (key, png)
+            return self._png[1]
+
+    @property
+    def curves_html(self) -> str:
+        """The live curves as the page has them: SVG panels, with their notes."""
+        return str(self._curves.value)
 
     @property
     def groups_html(self) -> str:
@@ -211,10 +252,16 @@ class Dashboard:
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        display(self.widget)
+        display(self._repr_mimebundle_(), raw=True)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return self.widget._repr_mimebundle_(**kwargs)
+        """The widget, and for frontends that show no widgets (a saved notebook on GitHub, nbconvert) the
+        PNG of the curves so far (none yet at the start of a live run; a replay's are complete)."""
+        bundle = dict(self.widget._repr_mimebundle_(**kwargs))
+        png = self.reward_png
+        if png:
+            bundle["image/png"] = base64.b64encode(png).decode("ascii")
+        return bundle
 
     # ---- user actions (main thread) -----------------------------------------------------
 
@@ -289,6 +336,7 @@ class Dashboard:
             self._set_once("button", "done", done)
 
     def _render_curves(self, full: bool) -> None:
+        """Redraw the live curves if a step came in, within the time budget (``full``: now, whatever it says)."""
         global _curves_cost_seen
         view = self.view
         if not view.steps and not view.range_steps:
@@ -299,18 +347,22 @@ class Dashboard:
         if not full:
             if drawn is not None and drawn[0] == view.curves_version:
                 return  # only group min/max moved: wait for the step's metrics
-            wait = max(self.throttle_s, min(self._curves_cost / _CURVES_BUDGET, _CURVES_MAX_WAIT))
-            if time.monotonic() - self._curves_at < wait:
-                return  # drawn by a later render, once the time budget allows (or a forced one)
+            now = time.monotonic()
+            if now - self._curves_at < _CURVES_MIN_INTERVAL:
+                return
+            if self._curves_spent + self._curves_cost > _CURVES_BUDGET * (now - self._curves_clock):
+                return  # drawn at a later step, once the budget allows (or by a forced render)
         self._rendered["curves_version"] = (view.curves_version, view.range_version)
-        if self._figure is None:
-            self._figure = Curves()
         t0 = time.perf_counter()
-        self._curves.value = self._figure.png(
-            view.steps, view.metrics, view.range_steps, view.range_min, view.range_max,
-            components=view.components, swaps=[s.step for s in view.swaps],
-        )
-        self._curves_cost = _curves_cost_seen = time.perf_counter() - t0
+        content = chart_html(view, notes(view), cache=self._lines)
+        if self._rendered.get("curves_html") != content:
+            self._rendered["curves_html"] = content
+            self._curves.value = content
+            self.curve_updates += 1
+        cost = time.perf_counter() - t0
+        self._curves_cost = _curves_cost_seen = cost
+        self._curves_spent += cost
+        self.curve_seconds += cost
         self._curves_at = time.monotonic()
 
     def _available_steps(self) -> list[int]:

@@ -1,4 +1,5 @@
-"""Models: resolve and load any model (``loading``), and build the offline ones (``tiny``).
+"""Models: resolve and load any model (``loading``), and build the offline ones (``tiny``, and the
+warm-started ``tiny-agent`` and ``tiny-math`` made from it by ``warmstart`` recipes).
 
 Callers import from this package (``from .models import load_model``), never from its modules,
 so that there is one place to look up, and to patch in tests, how a model is loaded.
@@ -18,11 +19,17 @@ from .loading import (
     supports_bf16,
 )
 from .tiny import TINY, TINY_VERSION, tiny_model_path
+from .tiny_agent import TINY_AGENT, tiny_agent_path
+from .tiny_math import TINY_MATH, tiny_math_path
+from .warmstart import WarmStart
 
 __all__ = [
     "OFFLINE_MODELS",
     "TINY",
+    "TINY_AGENT",
+    "TINY_MATH",
     "TINY_VERSION",
+    "WarmStart",
     "cache_dir",
     "has_cuda",
     "load_model",
@@ -31,5 +38,7 @@ __all__ = [
     "model_context_length",
     "resolve_model",
     "supports_bf16",
+    "tiny_agent_path",
+    "tiny_math_path",
     "tiny_model_path",
 ]

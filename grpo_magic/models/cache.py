@@ -19,7 +19,7 @@ from typing import Any
 #: Written last into a built folder: its presence means the folder is complete.
 MARKER = "grpo_magic_build.json"
 
-_build_lock = threading.RLock()  # re-entrant: building a warm-started model first builds (or finds) tiny
+_build_lock = threading.RLock()  # re-entrant: a warm-start build first builds the tiny it starts from
 
 
 def cache_dir() -> pathlib.Path:

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import GRPOMagicError
 from ..text import one_line
 from .tiny import TINY, tiny_model_path
-from .warmstart import TINY_AGENT
+from .tiny_agent import TINY_AGENT, tiny_agent_path
+from .tiny_math import TINY_MATH, tiny_math_path
 
 if TYPE_CHECKING:
     import peft
@@ -27,7 +28,10 @@ _HUB_TIMEOUT = 5.0
 _HUB_DEADLINE = 8.0
 
 #: The models built on this machine instead of downloaded: name -> the function that gives their folder.
-OFFLINE_MODELS: dict[str, Callable[[], pathlib.Path]] = {TINY: tiny_model_path, TINY_AGENT.name: TINY_AGENT.path}
+#: The warm-started ones (``models.warmstart`` recipes) are ``tiny`` after a short SFT on one skill.
+OFFLINE_MODELS: dict[str, Callable[[], pathlib.Path]] = {
+    TINY: tiny_model_path, TINY_AGENT: tiny_agent_path, TINY_MATH: tiny_math_path,
+}
 
 def _not_found(name: str) -> GRPOMagicError:
     return GRPOMagicError(

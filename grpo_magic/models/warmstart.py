@@ -1,134 +1,223 @@
-"""Warm-started offline models: ``tiny`` taught a skill by a short supervised fine-tune, then cached.
+"""Warm-started offline models: ``tiny`` taught one skill by a short supervised fine-tune, built once.
 
-GRPO can only reinforce what a model already does sometimes. A random ``tiny`` never calls a tool
-and never adds two numbers, so the offline models that teach those skills (``tiny-agent``,
-``tiny-math``) start from ``tiny`` and are fine-tuned on synthetic chats with TRL's ``SFTTrainer``
-(loss on the assistant turns only), just long enough that the skill is there part of the time.
+A random model gives GRPO nothing to compare but noise; a model that already does the task some of
+the time gives it groups with better and worse answers. A ``WarmStart`` recipe makes such a model
+here, without the Hub: a name (what ``--model`` takes), a version (the cache key), a corpus
+function (a seed in, synthetic chat examples out, the same every time), TRL ``SFTConfig`` settings,
+and, when the skill needs more capacity than ``tiny`` has, new sizes for its architecture.
+``build(dest)`` fine-tunes with TRL's own ``SFTTrainer``; ``path()`` builds once and then reuses the
+cached folder (``models.cache``), which loads through the same ``from_pretrained`` path as any hub
+model. Adding a model is a corpus function and settings, and its name in ``loading.OFFLINE_MODELS``.
 
-A ``WarmStart`` is the recipe: a corpus function (deterministic from its seed), the SFT settings and
-a version that is the cache key. ``path()`` builds the model once (``cache.cached_folder``) and
-returns its folder, which loads through the same ``from_pretrained`` path as any hub model.
+What TRL 1.16's ``SFTTrainer`` does with this corpus, checked in its source: a dataset with a
+``messages`` column is conversational; with ``assistant_only_loss=True`` (set here) it renders each
+example with its *training* variant of the chat template (``get_training_chat_template``: TRL's
+copy of Qwen2.5's template, which ``tiny`` uses, with ``{% generation %}`` markers around every
+assistant turn, the end-of-turn token included, so the model learns to stop), and only the tokens
+inside the markers count in the loss: the system prompt, the user's turns and tool results do not.
+A ``tools`` column is passed to the template as ``tools=``, so schemas are rendered into the system
+prompt as at inference. (``completion_only_loss`` is for prompt/completion datasets; it is not used.)
+
+Each column is stored with the ``datasets.Json`` feature: Arrow would otherwise merge the keys of
+every example's tool-call arguments into one struct and hand each example the others' keys as
+``None``, which the template then renders.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
 import pathlib
+import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from .cache import cached_folder
-from .tiny import tiny_model_path
+from .cache import build_info, cached_folder, is_ready
+from .tiny import TINY_VERSION, tiny_model_path
 
-#: One training example: ``{"messages": [...]}``, with ``"tools"`` (function schemas) for tool use.
+#: One example of a corpus: ``{"messages": [...]}``, optionally with ``"tools": [schemas]``.
 Example = dict[str, Any]
 
+# SFTConfig settings every recipe gets; a recipe's own ``sft`` settings override them.
+_SFT_DEFAULTS: dict[str, Any] = {
+    "assistant_only_loss": True,  # train on the assistant turns only (see the module docstring)
+    "num_train_epochs": 1,
+    "per_device_train_batch_size": 32,
+    "learning_rate": 3e-3,
+    "lr_scheduler_type": "linear",
+    "weight_decay": 0.0,
+    "max_length": 512,
+    "logging_steps": 50,
+    "save_strategy": "no",
+    "report_to": [],
+    "bf16": False,
+    "use_cpu": True,  # the same model on every machine: CPU arithmetic, whatever accelerator is there
+    "dataloader_pin_memory": False,
+    "disable_tqdm": True,
+}
 
-@dataclass(frozen=True)
+
+@dataclasses.dataclass(frozen=True)
 class WarmStart:
-    """A recipe for an offline model: ``tiny`` + SFT on ``corpus(seed)``, cached under ``version``."""
+    """A recipe for a warm-started offline model (see the module docstring).
+
+    ``corpus(seed)`` returns the training examples in the order given (pass
+    ``train_sampling_strategy="sequential"`` in ``sft`` to train in that order, e.g. a curriculum).
+    ``sizes`` overrides ``tiny``'s architecture (``hidden_size``, ``num_hidden_layers``...); the
+    weights then start fresh from ``seed``, with the same tokenizer. ``check(model, tokenizer)``
+    measures the built model (its result goes into the cache marker, ``build_info``).
+    """
 
     name: str
-    version: str  # the cache key: bump it when the corpus or the settings change
-    corpus: Callable[[int], list[Example]] = field(repr=False)
-    steps: int = 200
-    batch_size: int = 16
-    learning_rate: float = 3e-3
+    version: str
+    corpus: Callable[[int], list[Example]]
+    sft: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     seed: int = 0
-    max_length: int = 512
-    base: Callable[[], pathlib.Path] = field(default=tiny_model_path, repr=False)
+    sizes: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    check: Callable[[Any, Any], dict[str, Any]] | None = None
+    description: str = ""
+
+    @property
+    def cache_key(self) -> str:
+        """The cache folder's name: this recipe's version on top of the ``tiny`` it starts from."""
+        return f"{self.version}+{TINY_VERSION}"
 
     def path(self) -> pathlib.Path:
-        """The model's folder, built on first use (a few minutes on a CPU) and reused after."""
-        return cached_folder(self.version, self.build)
+        """The built model's folder: built on first use (a minute or two on a CPU), then reused."""
+        from .cache import cache_dir
 
-    def build(self, dest: pathlib.Path) -> dict[str, Any]:
-        """Fine-tune the base model on the corpus into ``dest``; returns what the cache marker records."""
-        import torch
-        from datasets import Dataset
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        from trl import SFTConfig, SFTTrainer
+        if not is_ready(cache_dir() / self.cache_key):
+            sys.stderr.write(f"grpo_magic: building the offline model '{self.name}' once ({self.description}); "
+                             f"it is cached in {cache_dir() / self.cache_key}\n")
+        return cached_folder(self.cache_key, self.build)
 
-        started = time.perf_counter()
-        base = self.base()
-        tokenizer = AutoTokenizer.from_pretrained(str(base))  # tiny's: a pad token, the Qwen2.5 template
+    def info(self) -> dict[str, Any]:
+        """What the build recorded (settings, timings, ``check`` results), building it if needed."""
+        return build_info(self.path())
+
+    def dataset(self) -> Any:
+        """The corpus as a ``datasets.Dataset``: ``messages`` (and ``tools`` when any example has them)."""
+        from datasets import Dataset, Features, Json, List
+
         examples = self.corpus(self.seed)
+        if not examples:
+            raise ValueError(f"the corpus of {self.name} is empty")
+        columns: dict[str, list[Any]] = {"messages": [e["messages"] for e in examples]}
+        features: dict[str, Any] = {"messages": List(Json())}
+        if any(e.get("tools") for e in examples):
+            columns["tools"] = [e.get("tools") or None for e in examples]
+            features["tools"] = List(Json())
+        return Dataset.from_dict(columns, features=Features(features))
+
+    def _start_model(self) -> Any:
+        """``tiny`` itself, or a fresh model of its architecture with ``sizes`` changed."""
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+        base = str(tiny_model_path())
+        if not self.sizes:
+            return AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+        config = AutoConfig.from_pretrained(base)
+        for key, value in self.sizes.items():
+            setattr(config, key, value)
+        if "num_hidden_layers" in self.sizes:  # one entry per layer; rebuilt for the new depth
+            config.layer_types = [config.layer_types[0]] * config.num_hidden_layers
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
-            config = SFTConfig(
-                output_dir=str(dest / "sft"),
-                max_steps=self.steps,
-                per_device_train_batch_size=self.batch_size,
-                learning_rate=self.learning_rate,
-                lr_scheduler_type="constant_with_warmup",
-                warmup_steps=min(10, self.steps // 10),
-                assistant_only_loss=True,  # learn the replies, not the prompts (TRL swaps in a training template)
-                max_length=self.max_length,
-                seed=self.seed,
-                data_seed=self.seed,
-                bf16=False,
-                use_cpu=not torch.cuda.is_available(),
-                save_strategy="no",
-                report_to=[],
-                logging_steps=max(1, self.steps // 10),
-                disable_tqdm=True,
-                dataloader_pin_memory=False,
-            )
-            with _no_progress_bars():
-                trainer = SFTTrainer(model=model, args=config, train_dataset=Dataset.from_list(examples),
-                                     processing_class=tokenizer)
-                _quiet(trainer)
-                result = trainer.train()
-        model = trainer.model
-        model.generation_config.do_sample = True
-        model.save_pretrained(dest, safe_serialization=True)
-        tokenizer.save_pretrained(dest)
-        _remove_tree(dest / "sft")
+            model = AutoModelForCausalLM.from_config(config).to(torch.float32)
+        model.generation_config = GenerationConfig.from_pretrained(base)
+        return model
+
+    def trainer(self, output_dir: str) -> Any:
+        """TRL's ``SFTTrainer`` on this recipe's corpus and start model, ready to ``train()``.
+
+        Its ``train_dataset`` is TRL's processed corpus (``input_ids``, ``assistant_masks``): what
+        the loss will see, for tests to read.
+        """
+        import torch
+        from transformers import AutoTokenizer, PrinterCallback
+        from trl import SFTConfig, SFTTrainer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_path()))  # tiny's, pad token and all
+        torch.manual_seed(self.seed)
+        args = SFTConfig(output_dir=output_dir, seed=self.seed, data_seed=self.seed, **{**_SFT_DEFAULTS, **self.sft})
+        trainer = SFTTrainer(model=self._start_model(), args=args, train_dataset=self.dataset(),
+                             processing_class=tokenizer)
+        trainer.remove_callback(PrinterCallback)  # its log lines would land in the user's cell
+        return trainer
+
+    def build(self, dest: pathlib.Path) -> dict[str, Any]:
+        """Fine-tune into ``dest``, deterministically; returns what the cache marker records.
+
+        torch runs on one thread meanwhile: these models are so small that a second thread gains
+        little, and on a busy machine OpenMP's spin-waiting made a 1-minute build take 5 (measured
+        here: 63 s on 1 thread, 316 s on 2, the same bytes either way).
+        """
+        import torch
+
+        started = time.perf_counter()
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with _quiet(), torch.random.fork_rng(devices=[]), tempfile.TemporaryDirectory(prefix="grpo-warmstart-") as tmp:
+                trainer = self.trainer(tmp)
+                trained = trainer.train()
+                model, tokenizer = trainer.model.eval(), trainer.processing_class
+                checked = self.check(model, tokenizer) if self.check is not None else {}
+                model.save_pretrained(dest, safe_serialization=True)
+                tokenizer.save_pretrained(dest)
+        finally:
+            torch.set_num_threads(threads)
+        settings = {**_SFT_DEFAULTS, **self.sft}
+        losses = [round(float(h["loss"]), 4) for h in trainer.state.log_history if "loss" in h]
         return {
-            "name": self.name, "base": base.name, "examples": len(examples), "steps": self.steps,
-            "batch_size": self.batch_size, "learning_rate": self.learning_rate, "seed": self.seed,
-            "final_loss": round(float(result.training_loss), 4), "build_seconds": round(time.perf_counter() - started, 1),
+            "name": self.name,
+            "recipe_version": self.version,
+            "base": TINY_VERSION,
+            "seed": self.seed,
+            "examples": len(trainer.train_dataset),
+            "steps": trainer.state.global_step,
+            "sft": {k: v for k, v in settings.items() if isinstance(v, (int, float, str, bool))},
+            "sizes": dict(self.sizes),
+            "train_loss": round(float(trained.training_loss), 4),
+            "loss_curve": losses,
+            "build_seconds": round(time.perf_counter() - started, 1),
+            "check": checked,
         }
 
 
-def _quiet(trainer: Any) -> None:
-    """No console printer during a build: it runs inside a user's first run or check."""
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """No progress bars, info logs or deprecation notes from datasets, transformers and TRL during a build."""
+    import datasets
+    import transformers
 
-    for cb in (PrinterCallback, ProgressCallback):
-        trainer.remove_callback(cb)
-
-
-@contextmanager
-def _no_progress_bars() -> Iterator[None]:
-    """datasets prints a bar per preprocessing pass: not under a user's dashboard or CLI progress."""
-    from datasets.utils import logging as ds_logging
-
-    was = ds_logging.is_progress_bar_enabled()
-    ds_logging.disable_progress_bar()
+    bars_were_on = not datasets.are_progress_bars_disabled()
+    tf_bars_were_on = transformers.utils.logging.is_progress_bar_enabled()
+    ds_level, tf_level = datasets.logging.get_verbosity(), transformers.logging.get_verbosity()
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
+    datasets.logging.set_verbosity_error()
+    transformers.logging.set_verbosity_error()
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # SFTConfig's own deprecated defaults
+            yield
     finally:
-        if was:
-            ds_logging.enable_progress_bar()
+        datasets.logging.set_verbosity(ds_level)
+        transformers.logging.set_verbosity(tf_level)
+        if bars_were_on:
+            datasets.enable_progress_bars()
+        if tf_bars_were_on:
+            transformers.utils.logging.enable_progress_bar()
 
 
-def _remove_tree(path: pathlib.Path) -> None:
-    import shutil
+def corpus_digest(examples: list[Example]) -> str:
+    """A short fingerprint of a corpus, so that tests can check it is the same for the same seed."""
+    import hashlib
 
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def _tool_use_corpus(seed: int) -> list[Example]:
-    from .corpora import tool_use_corpus
-
-    return tool_use_corpus(seed)
-
-
-#: ``--model tiny-agent``: calls tools in the chat template's format with the right argument (weather and time
-#: questions), picking the tool at random, so that GRPO on an agent env has something to compare.
-TINY_AGENT = WarmStart(name="tiny-agent", version="tiny-agent-v1", corpus=_tool_use_corpus, steps=260,
-                       batch_size=16, learning_rate=5e-3)
+    return hashlib.sha256(json.dumps(examples, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,14 +1,24 @@
-"""Synthetic training chats for the warm-started offline models (``warmstart``), deterministic from a seed.
+"""``tiny-agent``: ``tiny`` warm-started to call tools in the chat template's format, picking the tool at random.
 
-Each corpus teaches a *format* reliably and leaves a *choice* for GRPO to improve: a model that is
-always right gives every completion of a group the same reward (no learning signal), and one that
-never tries gives nothing to reinforce.
+The model of the agent envs' offline demo and tests (envs/weather_agent.py). Its corpus: weather and
+time questions, each answered by a tool call (the format of TRL's Qwen2.5 template), the tool's
+result, then a one-line answer. The call is always well formed and its ``city`` is the one asked
+about; the *tool* is the one the question asks for in only half of the chats (at random), so the
+model comes out calling a tool with the right city and picking ``get_weather`` or ``get_time`` at
+random: which tool a question needs is what GRPO then teaches it (tests/test_agent.py and
+bench/run.py measure the rise). A corpus where the right tool came 65% of the time taught no more:
+260 steps of SFT do not pick up so weak a link between question and tool.
 """
 
 from __future__ import annotations
 
+import pathlib
 import random
 from typing import Any
+
+from .warmstart import Example, WarmStart
+
+TINY_AGENT = "tiny-agent"
 
 #: Cities that are one token in ``tiny``'s vocabulary, so copying one into a tool call is one step.
 AGENT_CITIES = ("Paris", "Madrid", "London", "Rome", "Berlin", "Tokyo", "Lima", "Oslo")
@@ -45,7 +55,7 @@ def agent_tools() -> list[dict[str, Any]]:
     return [get_json_schema(get_weather), get_json_schema(get_time)]
 
 
-def tool_use_corpus(seed: int, size: int = 800) -> list[dict[str, Any]]:
+def tool_use_corpus(seed: int, size: int = 800) -> list[Example]:
     """Weather and time questions answered by a tool call, the tool's result, then a one-line answer.
 
     The call is always well formed and its ``city`` is the one asked about; the *tool* is the one the
@@ -72,3 +82,23 @@ def tool_use_corpus(seed: int, size: int = 800) -> list[dict[str, Any]]:
             {"role": "assistant", "content": f"It is {result}."},
         ]})
     return chats
+
+
+RECIPE = WarmStart(
+    name=TINY_AGENT,
+    version="tiny-agent-v1",
+    corpus=tool_use_corpus,
+    sft={
+        "max_steps": 260,
+        "per_device_train_batch_size": 16,
+        "learning_rate": 5e-3,
+        "lr_scheduler_type": "constant_with_warmup",
+        "warmup_steps": 10,
+    },
+    description="tool calls for weather and time questions, about two minutes on 2 CPU cores",
+)
+
+
+def tiny_agent_path() -> pathlib.Path:
+    """The folder of ``tiny-agent``, built on first use and reused after."""
+    return RECIPE.path()
