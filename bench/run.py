@@ -19,6 +19,10 @@ Figures (see bench/RESULTS.md for what each one times and the latest numbers):
 - rescore_throughput: ``grpo_magic.rescore`` of a real run log with a 50 ms-latency env, completions
   per second, sequential vs ``rl_env_workers`` threads vs ``async def score_episode`` (goal >= 80%
   of the ideal speedup).
+- curves: how often the live curves update (per logged step) and their share of the training loop's
+  time, in the overhead runs (real training) and in the paced synthetic stream.
+- teach: ``tiny-math`` (the warm-started offline model): its build time, and the rise of its
+  exact-match accuracy on sums under the lesson's fixed GRPO recipe, with the seconds to reach it.
 
 Each figure is measured in fresh subprocesses (``--worker NAME``) so that one benchmark's imports,
 threads and memory never leak into another's. Benchmarks are scripts, never timed test assertions.
@@ -56,6 +60,8 @@ QUICK = {
     "learn": {"runs": 1, "max_steps": 60},
     "rescore": {"steps": 2, "episodes": 32, "latency_s": 0.05, "workers": 32, "reps": 2},
     "agent": {"seeds": [1], "max_steps": 20},
+    "teach": {"seeds": [42, 1]},
+    "kernel": {"runs": 1, "steps": 100},
 }
 FULL = {
     "overhead": {"procs": 2, "reps": 4, "steps": 500, "sides": ["B", "A"]},
@@ -65,8 +71,14 @@ FULL = {
     "learn": {"runs": 3, "max_steps": 60},
     "rescore": {"steps": 4, "episodes": 32, "latency_s": 0.05, "workers": 32, "reps": 3},
     "agent": {"seeds": [1, 2, 3], "max_steps": 20},
+    "teach": {"seeds": [42, 1, 2, 3, 4]},
+    "kernel": {"runs": 3, "steps": 200},
 }
-GOALS = {"overhead_ratio": 1.03, "scoring_efficiency": 0.8}
+GOALS = {"overhead_ratio": 1.03, "scoring_efficiency": 0.8, "curve_updates_per_step": 0.5, "curve_share": 0.01,
+         "teach_rise": 0.15, "teach_build_s": 180.0}
+# The lesson's fixed GRPO recipe on tiny-math (notebooks/04_sft_then_grpo.ipynb; tune the model, never this).
+TEACH = {"rl_num_generations": 8, "batch_size": 32, "rl_max_new_tokens": 8, "lr": 5e-4, "rl_kl_coef": 0.0,
+         "max_steps": 60}
 
 
 # ================================================================================== helpers
@@ -312,7 +324,8 @@ def _run_grpo_magic(steps: int, dashboard: bool) -> dict[str, Any]:
     result = {"loop_s": timer.wall, "loop_cpu_s": timer.cpu, "e2e_s": e2e, "rewards": timer.rewards,
               "step_s": timer.step_s}
     if dash is not None:
-        result.update(renders=dash.render_count, render_s=dash.render_seconds)
+        result.update(renders=dash.render_count, render_s=dash.render_seconds, curve_updates=dash.curve_updates,
+                      curve_s=dash.curve_seconds, logged_steps=len(dash.view.steps))
     return result
 
 
@@ -497,22 +510,21 @@ def worker_dashboard(args: dict[str, Any]) -> dict[str, Any]:
 
     import grpo_magic.dashboard.widget as dashboard_module
     from grpo_magic.dashboard import Dashboard
-    from grpo_magic.dashboard.curves import Curves
     from grpo_magic.events import EventStream, RunLog, RunStarted, StatusChanged
 
     clock = _FakeClock()
     dashboard_module.time = clock  # type: ignore[assignment]
-    pngs: list[float] = []
-    original_png = Curves.png
+    pngs: list[float] = []  # the live curves' drawings (SVG)
+    original_chart = dashboard_module.chart_html
 
-    def timed_png(self, *a, **k):
+    def timed_chart(*a, **k):
         t = time.perf_counter()
         try:
-            return original_png(self, *a, **k)
+            return original_chart(*a, **k)
         finally:
             pngs.append(time.perf_counter() - t)
 
-    Curves.png = timed_png  # type: ignore[method-assign]
+    dashboard_module.chart_html = timed_chart  # type: ignore[assignment]
     out = tempfile.mkdtemp(prefix="bench-dash-")
     stream = EventStream()
     log = RunLog(out)
@@ -534,7 +546,7 @@ def worker_dashboard(args: dict[str, Any]) -> dict[str, Any]:
     steps, step_s = args["paced_steps"], args["step_s"]
     lines_per_step = [_synthetic_step(s, rng) for s in range(1, steps + 1)]
     spent[0], events[0] = 0.0, 0
-    renders0 = dash.render_count
+    renders0, updates0 = dash.render_count, dash.curve_updates
     for lines in lines_per_step:
         for line in lines:
             stream.emit(_decode(line))
@@ -545,8 +557,10 @@ def worker_dashboard(args: dict[str, Any]) -> dict[str, Any]:
         "events": events[0], "steps": steps, "step_s": step_s, "dashboard_s": spent[0],
         "ms_per_event": 1000 * spent[0] / max(events[0], 1), "ms_per_step": 1000 * per_step,
         "share_of_step": per_step / step_s, "renders": dash.render_count - renders0,
-        "curve_renders": len(pngs), "curve_render_ms": _spread([1000 * p for p in pngs[1:]] or [1000 * p for p in pngs], 1),
+        "curve_renders": len(pngs), "curve_render_ms": _spread([1000 * p for p in pngs[1:]] or [1000 * p for p in pngs], 2),
         "first_curve_render_ms": round(1000 * pngs[0], 1) if pngs else None,
+        "curve_updates": dash.curve_updates - updates0, "curve_updates_per_step": (dash.curve_updates - updates0) / steps,
+        "curve_share_of_step": dash.curve_seconds / (steps * step_s),
     }
 
 
@@ -706,15 +720,110 @@ def worker_agent(args: dict[str, Any]) -> dict[str, Any]:
             "build_seconds": info.get("build_seconds"), "tool_calls": [h.get("tools/call_frequency") for h in run.history]}
 
 
+def _rise_reached(rewards: list[float], rise: float) -> int | None:
+    """The first step whose last-5-steps mean reward is ``rise`` above the first 5 steps' mean, or None."""
+    if len(rewards) < 5:
+        return None
+    base = sum(rewards[:5]) / 5
+    for k in range(5, len(rewards) + 1):
+        if sum(rewards[k - 5:k]) / 5 - base >= rise:
+            return k
+    return None
+
+
+def worker_teach(args: dict[str, Any]) -> dict[str, Any]:
+    """Build tiny-math in a fresh cache (timed), then train it with the fixed recipe, seed by seed."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+    from envs.addition import AdditionEnv, accuracy
+    from grpo_magic import GRPOParams, train
+    from grpo_magic.models import cache, load_model, load_tokenizer, tiny_math, tiny_model_path
+
+    default = tiny_math.tiny_math_path()  # the usual cache's copy (built here if missing, untimed)
+    tiny = tiny_model_path()
+    fresh = Path(tempfile.mkdtemp(prefix="bench-cache-"))
+    (fresh / tiny.name).symlink_to(tiny)  # the same tiny underneath: only tiny-math is built
+    os.environ["GRPO_MAGIC_CACHE"] = str(fresh)
+    t = time.perf_counter()
+    with contextlib.redirect_stderr(open(os.devnull, "w")):  # noqa: SIM115 - the one "building ..." line
+        built = tiny_math.tiny_math_path()
+    build_s = time.perf_counter() - t
+    info = cache.build_info(built)
+    same = (built / "model.safetensors").read_bytes() == (default / "model.safetensors").read_bytes()
+    before = accuracy(load_model(str(built)), load_tokenizer(str(built)))
+
+    class StepTimes(TrainerCallback):
+        def __init__(self) -> None:
+            self.rewards: list[float] = []
+            self.seconds: list[float] = []
+
+        def on_train_begin(self, a, state, control, **kwargs):
+            self.t0 = time.perf_counter()
+
+        def on_log(self, a, state, control, logs=None, **kwargs):
+            if logs and "reward" in logs:
+                self.rewards.append(round(float(logs["reward"]), 4))
+                self.seconds.append(time.perf_counter() - self.t0)
+
+    runs = []
+    for seed in args["seeds"]:
+        out = tempfile.mkdtemp(prefix="bench-teach-")
+        timer = StepTimes()
+        with _silence():
+            run = train(GRPOParams(model=str(built), project_name=out, seed=seed, **TEACH), AdditionEnv,
+                        callbacks=[timer], display=False)
+        r = timer.rewards
+        reached = _rise_reached(r, GOALS["teach_rise"])
+        after = accuracy(AutoModelForCausalLM.from_pretrained(out), AutoTokenizer.from_pretrained(out))
+        runs.append({"seed": seed, "status": run.status, "rewards": r, "first5": sum(r[:5]) / 5,
+                     "last5": sum(r[-5:]) / 5, "rise": sum(r[-5:]) / 5 - sum(r[:5]) / 5,
+                     "steps_to_rise": reached, "seconds_to_rise": timer.seconds[reached - 1] if reached else None,
+                     "loop_s": timer.seconds[-1] if timer.seconds else None, "greedy_after": after})
+    return {"build_s": build_s, "build_info": info, "same_bytes_as_cached": same, "greedy_before": before,
+            "runs": runs}
+
+
+KERNEL_CELLS = [
+    "import json, time\nimport grpo_magic\nfrom envs.letters import LettersEnv",
+    "params = grpo_magic.GRPOParams(model='tiny', project_name='{out}', max_steps={steps}, **{letters})\n"
+    "run = grpo_magic.train(params, LettersEnv, display=True)",
+    "d = run.dashboard\nloop = sum(h.get('step_time', 0.0) for h in run.history)\n"
+    "print('@@KERNEL ' + json.dumps({{'status': run.status, 'updates': d.curve_updates, 'curve_s': d.curve_seconds, "
+    "'renders': d.render_count, 'render_s': d.render_seconds, 'logged_steps': len(run.history), 'loop_s': loop}}))",
+]
+
+
+def worker_kernel(args: dict[str, Any]) -> dict[str, Any]:
+    """The overhead workload in a real Jupyter kernel (nbclient), the dashboard displayed: widget messages
+    really go out over the kernel's sockets, as in a notebook (no browser draws them)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    out = tempfile.mkdtemp(prefix="bench-kernel-")
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    cells = [c.format(out=out, steps=args["steps"], letters=repr(LETTERS)) for c in KERNEL_CELLS]
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    client = NotebookClient(nb, kernel_name="python3", timeout=900, resources={"metadata": {"path": str(ROOT)}})
+    client.execute(env=_quiet_env(1))
+    for output in nb.cells[-1].outputs:
+        for line in output.get("text", "").splitlines():
+            if line.startswith("@@KERNEL "):
+                return json.loads(line[len("@@KERNEL "):])
+    raise RuntimeError("the kernel run printed no result")
+
+
 WORKERS = {
     "agent": worker_agent,
     "rescore": worker_rescore,
+    "kernel": worker_kernel,
     "overhead": worker_overhead,
     "scoring": worker_scoring,
     "import": worker_import,
     "dashboard": worker_dashboard,
     "memory": worker_memory,
     "learn": worker_learn,
+    "teach": worker_teach,
 }
 
 
@@ -740,7 +849,18 @@ def bench_overhead(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
     steady_ratio = [steady(r["A"]) / steady(r["B"]) for r in rounds]
     rewards = {json.dumps(r[s]["rewards"]) for r in rounds for s in r["order"]}
     step_b = [statistics.median(r["B"]["step_s"]) for r in rounds]
+    updates = [r["A"]["curve_updates"] / max(1, r["A"]["logged_steps"]) for r in rounds]
+    share = [r["A"]["curve_s"] / r["A"]["loop_s"] for r in rounds]
     return {
+        "curves": {
+            "updates_per_step": {**_spread(updates), "goal": GOALS["curve_updates_per_step"],
+                                 "ok": statistics.median(updates) >= GOALS["curve_updates_per_step"]},
+            "share_of_loop": {**_spread(share, 4), "goal": GOALS["curve_share"],
+                              "ok": statistics.median(share) <= GOALS["curve_share"]},
+            "step_ms": _spread([1000 * statistics.median(r["A"]["step_s"]) for r in rounds], 1),
+            "timed": "the overhead runs with the dashboard (real letters training, headless): curve updates sent "
+                     "per logged step, and the time spent drawing them over the training loop's time",
+        },
         "overhead_ratio": {**_spread(ratio), "goal": GOALS["overhead_ratio"],
                            "ok": statistics.median(ratio) <= GOALS["overhead_ratio"]},
         "overhead_ratio_no_dashboard": _spread(ratio0),
@@ -757,6 +877,9 @@ def bench_overhead(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
             "grpo_magic_no_dashboard_loop_s": _spread([r["A0"]["loop_s"] for r in rounds if "A0" in r]),
             "plain_step_ms": _spread([1000 * s for s in step_b], 1),
             "dashboard_renders_per_run": _spread([r["A"]["renders"] for r in rounds], 1),
+            "curve_updates_per_step": _spread([r["A"]["curve_updates"] / max(1, r["A"]["logged_steps"])
+                                               for r in rounds]),
+            "curve_share_of_loop": _spread([r["A"]["curve_s"] / r["A"]["loop_s"] for r in rounds], 4),
             "dashboard_render_s_per_run": _spread([r["A"]["render_s"] for r in rounds]),
             "same_rewards_every_run": len(rewards) == 1,
             "rounds": [{"order": r["order"], **{side: round(r[side]["loop_s"], 3) for side in r["order"]}}
@@ -827,6 +950,8 @@ def bench_dashboard(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
             "steps": paced["steps"], "simulated_step_s": paced["step_s"], "renders": paced["renders"],
             "curve_renders": paced["curve_renders"], "curve_render_ms": paced["curve_render_ms"],
             "first_curve_render_ms": paced["first_curve_render_ms"],
+            "curve_updates_per_step": round(paced["curve_updates_per_step"], 3),
+            "curve_share_of_step": round(paced["curve_share_of_step"], 5),
             "timed": "time inside Dashboard.__call__ over a synthetic letters-like stream (2 groups of 8 + 1 step "
                      "event a step), its clock advanced by simulated_step_s a step so that throttling acts as in "
                      "a run of that pace",
@@ -887,6 +1012,28 @@ def bench_rescore(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
     }
 
 
+def bench_kernel(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
+    runs = [_worker("kernel", cfg, threads) for _ in range(cfg["runs"])]
+    log("  kernel done")
+    updates = [r["updates"] / max(1, r["logged_steps"]) for r in runs]
+    share = [r["curve_s"] / r["loop_s"] for r in runs]
+    return {
+        "curves_in_a_kernel": {
+            "updates_per_step": {**_spread(updates), "goal": GOALS["curve_updates_per_step"],
+                                 "ok": statistics.median(updates) >= GOALS["curve_updates_per_step"]},
+            "share_of_loop": {**_spread(share, 4), "goal": GOALS["curve_share"],
+                              "ok": statistics.median(share) <= GOALS["curve_share"]},
+            "ms_per_update": _spread([1000 * r["curve_s"] / max(1, r["updates"]) for r in runs], 2),
+            "step_ms": _spread([1000 * r["loop_s"] / max(1, r["logged_steps"]) for r in runs], 1),
+            "dashboard_share_of_loop": _spread([(r["curve_s"] + r["render_s"]) / r["loop_s"] for r in runs], 4),
+            "steps": cfg["steps"], "runs": len(runs),
+            "timed": "the overhead workload (letters on tiny) run by grpo_magic.train(display=True) in a Jupyter kernel "
+                     "driven by nbclient: widget messages go out over the kernel's sockets; loop time = the sum of "
+                     "TRL's step_time",
+        }
+    }
+
+
 def bench_agent(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
     runs = [_worker("agent", {"seed": seed, "max_steps": cfg["max_steps"]}, threads) for seed in cfg["seeds"]]
     log("  agent done")
@@ -909,14 +1056,47 @@ def bench_agent(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
     }
 
 
+def bench_teach(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
+    res = _worker("teach", cfg, threads)
+    runs = res["runs"]
+    rises = [r["rise"] for r in runs]
+    reached = [r for r in runs if r["steps_to_rise"]]
+    log("  teach done")
+    return {
+        "teach": {
+            "rise": {**_spread(rises), "goal": GOALS["teach_rise"],
+                     "ok_runs": sum(x >= GOALS["teach_rise"] for x in rises), "runs": len(rises)},
+            "build_s": {"value": round(res["build_s"], 1), "goal": GOALS["teach_build_s"],
+                        "ok": res["build_s"] <= GOALS["teach_build_s"],
+                        "recorded": res["build_info"].get("build_seconds"), "steps": res["build_info"].get("steps")},
+            "same_bytes_as_cached": res["same_bytes_as_cached"],
+            "check": res["build_info"].get("check"),
+            "seconds_to_rise": _spread([r["seconds_to_rise"] for r in reached], 2),
+            "steps_to_rise": _spread([r["steps_to_rise"] for r in reached], 1),
+            "loop_s": _spread([r["loop_s"] for r in runs if r["loop_s"]], 2),
+            "greedy_held_out": {"before": round(res["greedy_before"], 3),
+                                "after": _spread([r["greedy_after"] for r in runs])},
+            "per_seed": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items() if k != "rewards"}
+                         for r in runs],
+            "recipe": TEACH,
+            "timed": "build: tiny_math_path() in a fresh cache (tiny reused), corpus to saved weights plus the "
+                     "held-out check; rise: mean reward of the last 5 steps minus the first 5 of the fixed recipe; "
+                     "seconds to rise: from the start of the training loop to the end of the first step whose "
+                     "last-5 mean is 0.15 above the first 5",
+        }
+    }
+
+
 BENCHMARKS = {
     "agent": bench_agent,
     "overhead": bench_overhead,
+    "kernel": bench_kernel,
     "scoring": bench_scoring,
     "import": bench_import,
     "dashboard": bench_dashboard,
     "learn": bench_learn,
     "rescore": bench_rescore,
+    "teach": bench_teach,
 }
 
 
@@ -957,6 +1137,20 @@ def _summary_lines(r: dict[str, Any]) -> list[str]:
                      f"{rs['threads']['scoring_completions_per_s']} ({rs['threads']['speedup']}x of ideal "
                      f"{rs['threads']['ideal']}x), async {rs['async']['scoring_completions_per_s']} "
                      f"({rs['async']['speedup']}x of ideal {rs['async']['ideal']}x)")
+    if "curves" in r:
+        c = r["curves"]
+        lines.append(f"curve updates per step    {c['updates_per_step']['median']} (goal >= {c['updates_per_step']['goal']}: "
+                     f"{'ok' if c['updates_per_step']['ok'] else 'MISSED'}); {100 * c['share_of_loop']['median']:.2f}% "
+                     f"of the loop (goal <= 1%: {'ok' if c['share_of_loop']['ok'] else 'MISSED'})")
+    if "curves_in_a_kernel" in r:
+        k = r["curves_in_a_kernel"]
+        lines.append(f"  in a kernel             {k['updates_per_step']['median']} per step, "
+                     f"{100 * k['share_of_loop']['median']:.2f}% of the loop, {k['ms_per_update']['median']} ms each")
+    if "teach" in r:
+        t = r["teach"]
+        lines.append(f"tiny-math GRPO rise       {t['rise']['median']} (min {t['rise']['min']}, max {t['rise']['max']}; "
+                     f">= {t['rise']['goal']} in {t['rise']['ok_runs']}/{t['rise']['runs']} seeds); built in "
+                     f"{t['build_s']['value']} s; rise reached in {t['seconds_to_rise']['median']} s")
     if "learn_seconds" in r:
         learn = r["learn_seconds"]
         lines.append(f"learn_seconds             {learn['median']} s to reward > {learn['threshold']} "
@@ -1019,7 +1213,7 @@ def results_markdown(results: list[dict[str, Any]]) -> str:
     row("dashboard_ms_per_event (throttled, 0.1 s steps)", "",
         lambda r: f"{r['dashboard_ms_per_event']['ms_per_event']} ms = "
                   f"{100 * r['dashboard_ms_per_event']['share_of_a_step']:.1f}% of a step; "
-                  f"{r['dashboard_ms_per_event']['curve_renders']} curve drawings of "
+                  f"{r['dashboard_ms_per_event']['curve_renders']} curve drawings (SVG) of "
                   f"{_fmt(r['dashboard_ms_per_event']['curve_render_ms'], ' ms')} in "
                   f"{r['dashboard_ms_per_event']['steps']} steps")
     for target, label in (("dashboard", "dashboard"), ("run", "run (GRPORun event handling)")):
@@ -1047,6 +1241,42 @@ def results_markdown(results: list[dict[str, Any]]) -> str:
         lambda r: (f"{r['rescore_throughput']['sequential']['scoring_completions_per_s']} completions/s "
                    f"({r['rescore_throughput']['sequential']['completions_per_s']} for the whole call); "
                    f"{r['rescore_throughput']['completions']} completions of a real run log"))
+    row("curves: updates per logged step (overhead runs, real training)", "≥ 0.5",
+        lambda r: f"{_fmt(r['curves']['updates_per_step'])}, {ok(r['curves']['updates_per_step']['ok'])}; "
+                  f"steps of {_fmt(r['curves']['step_ms'], ' ms')}")
+    row("  curves' share of the training loop", "≤ 1%",
+        lambda r: f"{100 * r['curves']['share_of_loop']['median']:.2f}% "
+                  f"({100 * r['curves']['share_of_loop']['min']:.2f} to {100 * r['curves']['share_of_loop']['max']:.2f}), "
+                  f"{ok(r['curves']['share_of_loop']['ok'])}")
+    row("  in a Jupyter kernel (nbclient, dashboard displayed): updates per step, share", "≥ 0.5, ≤ 1%",
+        lambda r: f"{_fmt(r['curves_in_a_kernel']['updates_per_step'])} per step, "
+                  f"{100 * r['curves_in_a_kernel']['share_of_loop']['median']:.2f}% of the loop "
+                  f"({_fmt(r['curves_in_a_kernel']['ms_per_update'], ' ms')} an update; steps of "
+                  f"{_fmt(r['curves_in_a_kernel']['step_ms'], ' ms')}); whole dashboard "
+                  f"{100 * r['curves_in_a_kernel']['dashboard_share_of_loop']['median']:.2f}%")
+    row("  synthetic stream, 0.1 s steps: updates per step, share", "",
+        lambda r: f"{r['dashboard_ms_per_event']['curve_updates_per_step']:.2f} per step, "
+                  f"{100 * r['dashboard_ms_per_event']['curve_share_of_step']:.2f}% of step time "
+                  f"({_fmt(r['dashboard_ms_per_event']['curve_render_ms'], ' ms')} a drawing)")
+    row("tiny-math: GRPO rise, fixed recipe (last 5 − first 5 steps)", "≥ 0.15",
+        lambda r: f"{_fmt(r['teach']['rise'])}; ≥ 0.15 in {r['teach']['rise']['ok_runs']} of "
+                  f"{r['teach']['rise']['runs']} seeds")
+    row("  greedy accuracy on the 160 held-out sums, before → after", "",
+        lambda r: f"{r['teach']['greedy_held_out']['before']} → {_fmt(r['teach']['greedy_held_out']['after'])}")
+    row("  seconds (steps) of training to reach the rise", "",
+        lambda r: f"{_fmt(r['teach']['seconds_to_rise'], ' s')} ({_fmt(r['teach']['steps_to_rise'])} steps); "
+                  f"60 steps in {_fmt(r['teach']['loop_s'], ' s')}")
+    row("  tiny-math build (fresh cache, 1 torch thread)", "≤ 180 s",
+        lambda r: f"{r['teach']['build_s']['value']} s, {ok(r['teach']['build_s']['ok'])}; "
+                  f"{r['teach']['build_s']['steps']} SFT steps; same bytes as the cached copy: "
+                  f"{r['teach']['same_bytes_as_cached']}")
+    row("agent tool use: tiny-agent's right tool and city, first 3 → last 5 steps", "rises",
+        lambda r: f"{_fmt(r['agent_tool_use']['first_3_steps'])} → {_fmt(r['agent_tool_use']['last_5_steps'])} "
+                  f"(rise {_fmt(r['agent_tool_use']['rise'])}) in {r['agent_tool_use']['setting']['max_steps']} steps, "
+                  f"seeds {r['agent_tool_use']['seeds']}")
+    row("  agent run seconds (TRL's tool loop); tiny-agent build", "",
+        lambda r: f"{_fmt(r['agent_tool_use']['train_seconds'], ' s')}; built in "
+                  f"{r['agent_tool_use']['tiny_agent_build_seconds']} s")
     row("benchmark wall time", "", lambda r: f"{r['bench_seconds']:.0f} s")
     machine = (f"{m['nproc']} cores ({m['cpu']}), {m['ram_gib']} GiB RAM, Python {m['python']}, torch {v.get('torch')}, "
                f"transformers {v.get('transformers')}, trl {v.get('trl')}, ipywidgets {v.get('ipywidgets')}, "

@@ -6,7 +6,7 @@ model; headless Chromium runs all cells, waits until the run is well under way a
 the cell with its dashboard, then presses Stop. Needs Debian's chromium and the playwright
 Python package (scripts/install.sh installs both); about a minute on two CPU cores.
 
-    python scripts/screenshot_dashboard.py [--out docs/dashboard.png] [--max-steps 30] [--shot-step 20]
+    python scripts/screenshot_dashboard.py [--out docs/dashboard.png] [--max-steps 300] [--shot-step 80]
 """
 
 from __future__ import annotations
@@ -88,8 +88,8 @@ def shoot(out: Path, max_steps: int, shot_step: int, work: Path, timeout_s: floa
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "dashboard.png")
-    parser.add_argument("--max-steps", type=int, default=30)
-    parser.add_argument("--shot-step", type=int, default=20, help="take the screenshot once this step is shown")
+    parser.add_argument("--max-steps", type=int, default=300)
+    parser.add_argument("--shot-step", type=int, default=80, help="take the screenshot once this step is shown")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds to wait for each stage")
     parser.add_argument("--keep", type=Path, default=None, help="keep the notebook, run and logs in this folder")
     args = parser.parse_args(argv)

@@ -78,7 +78,10 @@ class JupyterServer:
     def url(self, ui: str, notebook: str) -> str:
         """The page of a notebook in JupyterLab (``lab``) or Notebook 7 (``notebook``)."""
         route = {"lab": "lab/tree", "notebook": "notebooks"}[ui]
-        return f"{self.base_url}/{route}/{notebook}?token={self.token}"
+        # JupyterLab restores the last workspace's tabs and focuses the one open before, so a menu
+        # command could act on an earlier test's notebook: ``reset`` opens this notebook alone.
+        reset = "reset&" if ui == "lab" else ""
+        return f"{self.base_url}/{route}/{notebook}?{reset}token={self.token}"
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
