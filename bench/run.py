@@ -226,8 +226,9 @@ def letters_share(completions: list[str], letter: list[str], **kwargs: Any) -> l
 # ================================================================================== workers
 
 
-def _timer_callback():
-    """A TrainerCallback that times the training loop (``on_train_begin`` to ``on_train_end``)."""
+def _timer_callback(dash: Any = None):
+    """A TrainerCallback that times the training loop (``on_train_begin`` to ``on_train_end``), and the
+    dashboard's own time within it (``dash.busy_seconds``) when one is given."""
     from transformers import TrainerCallback
 
     class LoopTimer(TrainerCallback):
@@ -239,6 +240,7 @@ def _timer_callback():
 
         def on_train_begin(self, args, state, control, **kwargs):
             self.t0, self.c0 = time.perf_counter(), time.process_time()
+            self.busy0 = dash.busy_seconds if dash is not None else 0.0
 
         def on_step_begin(self, args, state, control, **kwargs):
             self._step0 = time.perf_counter()
@@ -254,6 +256,7 @@ def _timer_callback():
         def on_train_end(self, args, state, control, **kwargs):
             self.wall = time.perf_counter() - self.t0
             self.cpu = time.process_time() - self.c0
+            self.busy = (dash.busy_seconds - self.busy0) if dash is not None else 0.0
 
     return LoopTimer()
 
@@ -308,14 +311,13 @@ def _run_grpo_magic(steps: int, dashboard: bool) -> dict[str, Any]:
     from grpo_magic import train
 
     out = tempfile.mkdtemp(prefix="bench-gm-")
-    timer = _timer_callback()
-    callbacks: list[Any] = [timer]
     dash = None
     if dashboard:
         from grpo_magic.dashboard import Dashboard
 
         dash = Dashboard(run_log=out)  # as train() builds it, minus display: headless
-        callbacks.insert(0, dash)
+    timer = _timer_callback(dash)
+    callbacks: list[Any] = [timer] if dash is None else [dash, timer]
     t = time.perf_counter()
     with _silence():
         run = train(_letters_params(out, steps), LettersEnv, callbacks=callbacks, display=False)
@@ -325,7 +327,7 @@ def _run_grpo_magic(steps: int, dashboard: bool) -> dict[str, Any]:
               "step_s": timer.step_s}
     if dash is not None:
         result.update(renders=dash.render_count, render_s=dash.render_seconds, curve_updates=dash.curve_updates,
-                      curve_s=dash.curve_seconds, logged_steps=len(dash.view.steps))
+                      curve_s=dash.curve_seconds, busy_s=timer.busy, logged_steps=len(dash.view.steps))
     return result
 
 
@@ -784,12 +786,18 @@ def worker_teach(args: dict[str, Any]) -> dict[str, Any]:
 
 
 KERNEL_CELLS = [
-    "import json, time\nimport grpo_magic\nfrom envs.letters import LettersEnv",
+    "import json, time\nimport grpo_magic\nfrom envs.letters import LettersEnv\n"
+    "from transformers import TrainerCallback\n"
+    "class Loop(TrainerCallback):\n"
+    "    def on_train_begin(self, *a, **k): self.t0 = time.perf_counter()\n"
+    "    def on_train_end(self, *a, **k): self.wall = time.perf_counter() - self.t0\n"
+    "loop = Loop()",
     "params = grpo_magic.GRPOParams(model='tiny', project_name='{out}', max_steps={steps}, **{letters})\n"
-    "run = grpo_magic.train(params, LettersEnv, display=True)",
-    "d = run.dashboard\nloop = sum(h.get('step_time', 0.0) for h in run.history)\n"
+    "run = grpo_magic.train(params, LettersEnv, display=True, callbacks=[loop])",
+    "d = run.dashboard\nsteps = sum(h.get('step_time', 0.0) for h in run.history)\n"
     "print('@@KERNEL ' + json.dumps({{'status': run.status, 'updates': d.curve_updates, 'curve_s': d.curve_seconds, "
-    "'renders': d.render_count, 'render_s': d.render_seconds, 'logged_steps': len(run.history), 'loop_s': loop}}))",
+    "'renders': d.render_count, 'render_s': d.render_seconds, 'busy_s': d.training_busy_seconds, "
+    "'logged_steps': len(run.history), 'loop_s': loop.wall, 'step_time_s': steps}}))",
 ]
 
 
@@ -850,16 +858,18 @@ def bench_overhead(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
     rewards = {json.dumps(r[s]["rewards"]) for r in rounds for s in r["order"]}
     step_b = [statistics.median(r["B"]["step_s"]) for r in rounds]
     updates = [r["A"]["curve_updates"] / max(1, r["A"]["logged_steps"]) for r in rounds]
-    share = [r["A"]["curve_s"] / r["A"]["loop_s"] for r in rounds]
+    share = [r["A"]["busy_s"] / r["A"]["loop_s"] for r in rounds]
     return {
         "curves": {
             "updates_per_step": {**_spread(updates), "goal": GOALS["curve_updates_per_step"],
                                  "ok": statistics.median(updates) >= GOALS["curve_updates_per_step"]},
-            "share_of_loop": {**_spread(share, 4), "goal": GOALS["curve_share"],
-                              "ok": statistics.median(share) <= GOALS["curve_share"]},
+            "dashboard_share_of_loop": {**_spread(share, 4), "goal": GOALS["curve_share"],
+                                        "ok": statistics.median(share) <= GOALS["curve_share"]},
+            "curve_share_of_loop": _spread([r["A"]["curve_s"] / r["A"]["loop_s"] for r in rounds], 4),
             "step_ms": _spread([1000 * statistics.median(r["A"]["step_s"]) for r in rounds], 1),
             "timed": "the overhead runs with the dashboard (real letters training, headless): curve updates sent "
-                     "per logged step, and the time spent drawing them over the training loop's time",
+                     "per logged step; the dashboard's whole time (Dashboard.busy_seconds: events, renders, curves) and the "
+                     "curves' own (curve_seconds) over the training loop's time",
         },
         "overhead_ratio": {**_spread(ratio), "goal": GOALS["overhead_ratio"],
                            "ok": statistics.median(ratio) <= GOALS["overhead_ratio"]},
@@ -1016,20 +1026,20 @@ def bench_kernel(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
     runs = [_worker("kernel", cfg, threads) for _ in range(cfg["runs"])]
     log("  kernel done")
     updates = [r["updates"] / max(1, r["logged_steps"]) for r in runs]
-    share = [r["curve_s"] / r["loop_s"] for r in runs]
+    share = [r["busy_s"] / r["loop_s"] for r in runs]
     return {
         "curves_in_a_kernel": {
             "updates_per_step": {**_spread(updates), "goal": GOALS["curve_updates_per_step"],
                                  "ok": statistics.median(updates) >= GOALS["curve_updates_per_step"]},
-            "share_of_loop": {**_spread(share, 4), "goal": GOALS["curve_share"],
-                              "ok": statistics.median(share) <= GOALS["curve_share"]},
+            "dashboard_share_of_loop": {**_spread(share, 4), "goal": GOALS["curve_share"],
+                                        "ok": statistics.median(share) <= GOALS["curve_share"]},
+            "curve_share_of_loop": _spread([r["curve_s"] / r["loop_s"] for r in runs], 4),
             "ms_per_update": _spread([1000 * r["curve_s"] / max(1, r["updates"]) for r in runs], 2),
             "step_ms": _spread([1000 * r["loop_s"] / max(1, r["logged_steps"]) for r in runs], 1),
-            "dashboard_share_of_loop": _spread([(r["curve_s"] + r["render_s"]) / r["loop_s"] for r in runs], 4),
             "steps": cfg["steps"], "runs": len(runs),
             "timed": "the overhead workload (letters on tiny) run by grpo_magic.train(display=True) in a Jupyter kernel "
-                     "driven by nbclient: widget messages go out over the kernel's sockets; loop time = the sum of "
-                     "TRL's step_time",
+                     "driven by nbclient: widget messages go out over the kernel's sockets; loop time: on_train_begin to "
+                     "on_train_end (as in the overhead runs); the dashboard's time: Dashboard.training_busy_seconds",
         }
     }
 
@@ -1140,12 +1150,12 @@ def _summary_lines(r: dict[str, Any]) -> list[str]:
     if "curves" in r:
         c = r["curves"]
         lines.append(f"curve updates per step    {c['updates_per_step']['median']} (goal >= {c['updates_per_step']['goal']}: "
-                     f"{'ok' if c['updates_per_step']['ok'] else 'MISSED'}); {100 * c['share_of_loop']['median']:.2f}% "
-                     f"of the loop (goal <= 1%: {'ok' if c['share_of_loop']['ok'] else 'MISSED'})")
+                     f"{'ok' if c['updates_per_step']['ok'] else 'MISSED'}); {100 * c['dashboard_share_of_loop']['median']:.2f}% "
+                     f"of the loop (goal <= 1%: {'ok' if c['dashboard_share_of_loop']['ok'] else 'MISSED'})")
     if "curves_in_a_kernel" in r:
         k = r["curves_in_a_kernel"]
         lines.append(f"  in a kernel             {k['updates_per_step']['median']} per step, "
-                     f"{100 * k['share_of_loop']['median']:.2f}% of the loop, {k['ms_per_update']['median']} ms each")
+                     f"{100 * k['dashboard_share_of_loop']['median']:.2f}% of the loop, {k['ms_per_update']['median']} ms each")
     if "teach" in r:
         t = r["teach"]
         lines.append(f"tiny-math GRPO rise       {t['rise']['median']} (min {t['rise']['min']}, max {t['rise']['max']}; "
@@ -1244,16 +1254,19 @@ def results_markdown(results: list[dict[str, Any]]) -> str:
     row("curves: updates per logged step (overhead runs, real training)", "≥ 0.5",
         lambda r: f"{_fmt(r['curves']['updates_per_step'])}, {ok(r['curves']['updates_per_step']['ok'])}; "
                   f"steps of {_fmt(r['curves']['step_ms'], ' ms')}")
-    row("  curves' share of the training loop", "≤ 1%",
-        lambda r: f"{100 * r['curves']['share_of_loop']['median']:.2f}% "
-                  f"({100 * r['curves']['share_of_loop']['min']:.2f} to {100 * r['curves']['share_of_loop']['max']:.2f}), "
-                  f"{ok(r['curves']['share_of_loop']['ok'])}")
-    row("  in a Jupyter kernel (nbclient, dashboard displayed): updates per step, share", "≥ 0.5, ≤ 1%",
-        lambda r: f"{_fmt(r['curves_in_a_kernel']['updates_per_step'])} per step, "
-                  f"{100 * r['curves_in_a_kernel']['share_of_loop']['median']:.2f}% of the loop "
-                  f"({_fmt(r['curves_in_a_kernel']['ms_per_update'], ' ms')} an update; steps of "
-                  f"{_fmt(r['curves_in_a_kernel']['step_ms'], ' ms')}); whole dashboard "
-                  f"{100 * r['curves_in_a_kernel']['dashboard_share_of_loop']['median']:.2f}%")
+    row("  the dashboard's share of the training loop (the curves' own)", "≤ 1%",
+        lambda r: f"{100 * r['curves']['dashboard_share_of_loop']['median']:.2f}% "
+                  f"({100 * r['curves']['dashboard_share_of_loop']['min']:.2f} to "
+                  f"{100 * r['curves']['dashboard_share_of_loop']['max']:.2f}), "
+                  f"{ok(r['curves']['dashboard_share_of_loop']['ok'])} "
+                  f"({100 * r['curves']['curve_share_of_loop']['median']:.2f}%)")
+    row("  in a Jupyter kernel (nbclient, dashboard displayed): updates per step, dashboard share", "≥ 0.5, ≤ 1%",
+        lambda r: f"{_fmt(r['curves_in_a_kernel']['updates_per_step'])} per step, dashboard "
+                  f"{100 * r['curves_in_a_kernel']['dashboard_share_of_loop']['median']:.2f}% of the loop, "
+                  f"{ok(r['curves_in_a_kernel']['dashboard_share_of_loop']['ok'])} (curves "
+                  f"{100 * r['curves_in_a_kernel']['curve_share_of_loop']['median']:.2f}%, "
+                  f"{_fmt(r['curves_in_a_kernel']['ms_per_update'], ' ms')} an update; steps of "
+                  f"{_fmt(r['curves_in_a_kernel']['step_ms'], ' ms')})")
     row("  synthetic stream, 0.1 s steps: updates per step, share", "",
         lambda r: f"{r['dashboard_ms_per_event']['curve_updates_per_step']:.2f} per step, "
                   f"{100 * r['dashboard_ms_per_event']['curve_share_of_step']:.2f}% of step time "

@@ -44,10 +44,11 @@ LATEST = -1
 
 _MAX_STEP_OPTIONS = 200  # the step selector lists at most this many old steps (thinned evenly)
 # The curves follow the steps: they are redrawn (SVG, ``chart``, ~0.3 ms) at a logged step,
-# outside the throttle of the other parts, whenever their time so far plus one more drawing stays
-# within _CURVES_BUDGET of the time since training started, and at most every _CURVES_MIN_INTERVAL
-# seconds (a browser is not sent more than 50 a second). On a CPU with 40-50 ms steps that is every
-# step or every other one; bench/run.py measures it (curve_updates_per_step, the share of step time).
+# outside the throttle of the other parts, whenever the whole dashboard's time so far (events,
+# renders and curves) plus one more drawing stays within _CURVES_BUDGET of the time since training
+# started, and at most every _CURVES_MIN_INTERVAL seconds (a browser is not sent more than 50 a
+# second). The curves thus get what the rest of the dashboard leaves of 1%; on a CPU with 40-50 ms
+# steps that is about every other step; bench/run.py measures it (curve_updates_per_step, shares).
 _CURVES_BUDGET = 0.01
 _CURVES_MIN_INTERVAL = 0.02
 _curves_cost_seen = 0.001  # the last drawing's cost in this process: the next run's first estimate
@@ -85,11 +86,12 @@ class Dashboard:
         self._curves_at = -math.inf  # when the curves were last drawn (time.monotonic)
         self._curves_cost = _curves_cost_seen  # what that drawing cost (seconds)
         self._curves_clock = time.monotonic()  # the budget's start: training's start, once it starts
-        self._curves_spent = 0.0  # seconds spent drawing curves since then
+        self.training_busy_seconds = 0.0  # time spent in this dashboard (events, renders, curves) while training
         self.curve_updates = 0  # how many times the curves were updated (sent to the page)
         self.curve_seconds = 0.0  # and the time that took, in total
         self.render_count = 0
         self.render_seconds = 0.0
+        self.busy_seconds = 0.0  # all the time spent handling events (renders and curves included)
         self._figure: Curves | None = None  # the PNG's figure, built on first use
         self._png: tuple[Any, bytes] = (None, b"")  # (what it shows, the PNG)
         self._lines = LineCache()  # the curves' lines so far: a redraw formats only the new points
@@ -159,23 +161,34 @@ class Dashboard:
         when that is longer (up to a second), so that drawing takes at most about a quarter of
         the training thread's time even on a slow machine.
         """
+        t0 = time.perf_counter()
         with self._lock:
-            training_starts = isinstance(event, StatusChanged) and event.status == "training" and not self.view.t_train
-            force = self.view.apply(event)
-            if isinstance(event, RunStarted):
-                self._log_cache = None
-                self._log_reader = None
-                self._rendered.clear()
-            elif training_starts:
-                self._curves_clock = time.monotonic()  # the budget counts training time
-                self._curves_spent = 0.0
-            if not self._rendering_enabled:
-                return
-            wait = max(self.throttle_s, min(3.0 * self._last_render_cost, 1.0))
-            if force or time.monotonic() - self._last_render >= wait:
-                self._render(full=force)
-            elif isinstance(event, StepLogged):
-                self._render_curves(False)  # the curves follow the steps, not the throttle
+            try:
+                self._handle(event)
+            finally:
+                cost = time.perf_counter() - t0
+                self.busy_seconds += cost
+                if self.view.t_train is not None and self.view.finished is None:  # the budget's time: training's
+                    self.training_busy_seconds += cost
+
+    def _handle(self, event: Event) -> None:
+        """Fold one event into the view and render what is due (under the lock)."""
+        training_starts = isinstance(event, StatusChanged) and event.status == "training" and not self.view.t_train
+        force = self.view.apply(event)
+        if isinstance(event, RunStarted):
+            self._log_cache = None
+            self._log_reader = None
+            self._rendered.clear()
+        elif training_starts:
+            self._curves_clock = time.monotonic()  # the budget counts training time
+            self.training_busy_seconds = 0.0
+        if not self._rendering_enabled:
+            return
+        wait = max(self.throttle_s, min(3.0 * self._last_render_cost, 1.0))
+        if force or time.monotonic() - self._last_render >= wait:
+            self._render(full=force)
+        elif isinstance(event, StepLogged):
+            self._render_curves(False)  # the curves follow the steps, not the throttle
 
     def feed(self, events: Iterable[Event]) -> None:
         """Fold many events without rendering in between, then render once (a replay)."""
@@ -350,7 +363,7 @@ class Dashboard:
             now = time.monotonic()
             if now - self._curves_at < _CURVES_MIN_INTERVAL:
                 return
-            if self._curves_spent + self._curves_cost > _CURVES_BUDGET * (now - self._curves_clock):
+            if self.training_busy_seconds + self._curves_cost > _CURVES_BUDGET * (now - self._curves_clock):
                 return  # drawn at a later step, once the budget allows (or by a forced render)
         self._rendered["curves_version"] = (view.curves_version, view.range_version)
         t0 = time.perf_counter()
@@ -361,7 +374,6 @@ class Dashboard:
             self.curve_updates += 1
         cost = time.perf_counter() - t0
         self._curves_cost = _curves_cost_seen = cost
-        self._curves_spent += cost
         self.curve_seconds += cost
         self._curves_at = time.monotonic()
 
