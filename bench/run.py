@@ -295,6 +295,7 @@ def _plain_config(out: str, steps: int):
         dataloader_pin_memory=False,  # no GPU to pin for (GRPOParams does the same)
         disable_tqdm=True,
         log_completions=False,
+        max_tool_calling_iterations=5,  # GRPOParams always sets rl_max_tool_turns; without tools TRL ignores it
     )
 
 
