@@ -47,8 +47,9 @@ _MAX_STEP_OPTIONS = 200  # the step selector lists at most this many old steps (
 # outside the throttle of the other parts, whenever the whole dashboard's time so far (events,
 # renders and curves) plus one more drawing stays within _CURVES_BUDGET of the time since training
 # started, and at most every _CURVES_MIN_INTERVAL seconds (a browser is not sent more than 50 a
-# second). The curves thus get what the rest of the dashboard leaves of 1%; on a CPU with 40-50 ms
-# steps that is about every other step; bench/run.py measures it (curve_updates_per_step, shares).
+# second). The curves thus get what the rest of the dashboard leaves of 1%: with 40-50 ms CPU steps
+# about every other step headless, every 4th or 5th in a kernel (sending an update costs as much as
+# drawing it there); bench/run.py measures it (curve_updates_per_step, the dashboard's share).
 _CURVES_BUDGET = 0.01
 _CURVES_MIN_INTERVAL = 0.02
 _curves_cost_seen = 0.001  # the last drawing's cost in this process: the next run's first estimate
