@@ -8,6 +8,7 @@ config, runtime, settings and workspace folders, so it neither reads nor changes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -20,6 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +205,40 @@ class JupyterServer:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def serve_jupyter(tmp_path_factory: Any, name: str) -> Iterator[JupyterServer]:
+    """A test module's Jupyter server (the module is skipped without Chromium and playwright), stopped after."""
+    import pytest
+
+    reason = missing_browser_tools()
+    if reason:
+        pytest.skip(f"browser test needs Chromium and playwright: {reason}")
+    base = tmp_path_factory.mktemp(name)
+    server = JupyterServer(base / "root", base / "state")
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def page_of_a_test(page: Any, jupyter: JupyterServer, tmp_path: Path, failure_png: str) -> Iterator[Any]:
+    """A test's page: on failure a screenshot and the server's log; always the page closed and the
+    kernels shut down (which frees the CPU, and ends a run, before the next test)."""
+    try:
+        yield page
+    except BaseException:
+        try:
+            page.screenshot(path=str(tmp_path / failure_png))
+        except Exception:  # noqa: BLE001 - the page may be gone
+            pass
+        print(f"screenshots in {tmp_path}\njupyter log:\n{jupyter.log_tail()}")
+        raise
+    finally:
+        page.close()
+        jupyter.shutdown_kernels()
 
 
 def write_notebook(path: Path, cells: list[str]) -> Path:

@@ -20,9 +20,10 @@ import pytest
 from browser_support import (
     JupyterServer,
     launch_browser,
-    missing_browser_tools,
     open_notebook,
+    page_of_a_test,
     run_all_cells,
+    serve_jupyter,
     training_notebook_cells,
     wait_for_step,
     write_notebook,
@@ -52,16 +53,7 @@ STOP_S = 90
 
 @pytest.fixture(scope="module")
 def jupyter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
-    reason = missing_browser_tools()
-    if reason:
-        pytest.skip(f"browser test needs Chromium and playwright: {reason}")
-    base = tmp_path_factory.mktemp("jupyter")
-    server = JupyterServer(base / "root", base / "state")
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
+    yield from serve_jupyter(tmp_path_factory, "jupyter")
 
 
 @pytest.fixture(scope="module")
@@ -86,10 +78,9 @@ def test_live_dashboard_and_stop_button(ui: str, jupyter: JupyterServer, browser
                   f"--rl-max-new-tokens 8 --project-name {project} --run")
     write_notebook(jupyter.root_dir / name, training_notebook_cells(SLOW_ENV_CELL, train_line))
 
-    page = browser.new_page()
     t0 = time.monotonic()
     timings: dict[str, float] = {}
-    try:
+    with page_of_a_test(browser.new_page(), jupyter, tmp_path, f"page-{ui}-failure.png") as page:
         open_notebook(page, jupyter.url(ui, name))
         run_all_cells(page)
         dash = page.locator(".grpo-dashboard").first
@@ -131,16 +122,6 @@ def test_live_dashboard_and_stop_button(ui: str, jupyter: JupyterServer, browser
         assert (output_dir / "model.safetensors").exists()
         assert '"status": "stopped"' in (output_dir / "events.jsonl").read_text().splitlines()[-1]
         print(f"{ui}: " + ", ".join(f"{k} at {v:.0f} s" for k, v in timings.items()) + f"; screenshots in {tmp_path}")
-    except BaseException:
-        try:
-            page.screenshot(path=str(tmp_path / f"page-{ui}-failure.png"))
-        except Exception:  # noqa: BLE001 - the page may be gone
-            pass
-        print(f"screenshots in {tmp_path}\njupyter log:\n{jupyter.log_tail()}")
-        raise
-    finally:
-        page.close()
-        jupyter.shutdown_kernels()  # frees the CPU (and ends the run) before the next UI starts
 
 
 FAST_ENV_CELL = '''%%grpo_env FastLetters
@@ -166,8 +147,7 @@ def test_the_curves_follow_a_fast_run_and_explain_themselves(jupyter: JupyterSer
     train_line = ("run = %grpo_train --env FastLetters --model tiny --max-steps 150 --batch-size 8 "
                   "--rl-num-generations 4 --rl-max-new-tokens 8 --rl-kl-coef 0 --project-name run-fast --run")
     write_notebook(jupyter.root_dir / name, training_notebook_cells(FAST_ENV_CELL, train_line))
-    page = browser.new_page()
-    try:
+    with page_of_a_test(browser.new_page(), jupyter, tmp_path, "page-fast-failure.png") as page:
         open_notebook(page, jupyter.url("lab", name))
         run_all_cells(page)
         dash = page.locator(".grpo-dashboard").first
@@ -194,13 +174,3 @@ def test_the_curves_follow_a_fast_run_and_explain_themselves(jupyter: JupyterSer
         expect(note).to_contain_text("Raise rl_max_new_tokens")
         dash.screenshot(path=str(tmp_path / "dashboard-fast-curves.png"))
         print(f"curves drawn at steps {seen}; screenshot in {tmp_path}")
-    except BaseException:
-        try:
-            page.screenshot(path=str(tmp_path / "page-fast-failure.png"))
-        except Exception:  # noqa: BLE001 - the page may be gone
-            pass
-        print(f"screenshots in {tmp_path}\njupyter log:\n{jupyter.log_tail()}")
-        raise
-    finally:
-        page.close()
-        jupyter.shutdown_kernels()

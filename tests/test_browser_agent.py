@@ -15,9 +15,10 @@ import pytest
 from browser_support import (
     JupyterServer,
     launch_browser,
-    missing_browser_tools,
     open_notebook,
+    page_of_a_test,
     run_all_cells,
+    serve_jupyter,
     write_notebook,
 )
 
@@ -34,16 +35,7 @@ run = grpo_magic.train(params, WeatherAgentEnv(), blocking=True)
 
 @pytest.fixture(scope="module")
 def jupyter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
-    reason = missing_browser_tools()
-    if reason:
-        pytest.skip(f"browser test needs Chromium and playwright: {reason}")
-    base = tmp_path_factory.mktemp("jupyter-agent")
-    server = JupyterServer(base / "root", base / "state")
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
+    yield from serve_jupyter(tmp_path_factory, "jupyter-agent")
 
 
 def test_an_agent_card_opens_into_its_turns_with_the_tool_result(jupyter: JupyterServer, tmp_path: Path) -> None:
@@ -52,29 +44,23 @@ def test_an_agent_card_opens_into_its_turns_with_the_tool_result(jupyter: Jupyte
     write_notebook(jupyter.root_dir / "agent.ipynb", ["%load_ext grpo_magic", TRAIN_CELL])
     with sync_playwright() as p:
         context = launch_browser(p, tmp_path / "profile", height=1800)
-        page = context.new_page()
         try:
-            open_notebook(page, jupyter.url("lab", "agent.ipynb"))
-            run_all_cells(page)
-            status = page.locator(".grpo-dashboard .grpo-status").first
-            expect(status).to_have_text(re.compile("completed"), timeout=300_000)
-            card = page.locator("details.grpo-turns").filter(has=page.locator(".grpo-turn-tool")).first
-            expect(card).to_be_attached(timeout=30_000)
-            result = card.locator(".grpo-turn-tool pre").first
-            call = card.locator(".grpo-tool-call").first
-            expect(result).not_to_be_visible()  # folded: the card shows its summary line only
-            expect(card.locator("summary")).to_contain_text(re.compile(r"\d+ tool calls?"))
-            card.locator("summary").click()
-            expect(result).to_be_visible()
-            expect(result).to_contain_text(re.compile(r" in (Paris|Madrid|London|Rome|Berlin|Tokyo|Lima|Oslo)"))
-            expect(call).to_be_visible()
-            expect(call).to_contain_text(re.compile(r"call get_(weather|time)\(city="))
-            card.screenshot(path=str(tmp_path / "agent-card-open.png"))
-        except BaseException:
-            page.screenshot(path=str(tmp_path / "agent-page-failure.png"))
-            print(f"screenshots in {tmp_path}\njupyter log:\n{jupyter.log_tail()}")
-            raise
+            with page_of_a_test(context.new_page(), jupyter, tmp_path, "agent-page-failure.png") as page:
+                open_notebook(page, jupyter.url("lab", "agent.ipynb"))
+                run_all_cells(page)
+                status = page.locator(".grpo-dashboard .grpo-status").first
+                expect(status).to_have_text(re.compile("completed"), timeout=300_000)
+                card = page.locator("details.grpo-turns").filter(has=page.locator(".grpo-turn-tool")).first
+                expect(card).to_be_attached(timeout=30_000)
+                result = card.locator(".grpo-turn-tool pre").first
+                call = card.locator(".grpo-tool-call").first
+                expect(result).not_to_be_visible()  # folded: the card shows its summary line only
+                expect(card.locator("summary")).to_contain_text(re.compile(r"\d+ tool calls?"))
+                card.locator("summary").click()
+                expect(result).to_be_visible()
+                expect(result).to_contain_text(re.compile(r" in (Paris|Madrid|London|Rome|Berlin|Tokyo|Lima|Oslo)"))
+                expect(call).to_be_visible()
+                expect(call).to_contain_text(re.compile(r"call get_(weather|time)\(city="))
+                card.screenshot(path=str(tmp_path / "agent-card-open.png"))
         finally:
-            page.close()
             context.close()
-            jupyter.shutdown_kernels()

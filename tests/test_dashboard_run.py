@@ -5,7 +5,6 @@ from __future__ import annotations
 import html
 import re
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from datasets import Dataset  # noqa: E402
 import grpo_magic  # noqa: E402
 from envs.letters import LettersEnv  # noqa: E402
 from grpo_magic import GRPOParams, train  # noqa: E402
+from tests.run_support import SlowLettersEnv, wait_for_step  # noqa: E402
 
 FAST = dict(model="tiny", batch_size=8, rl_num_generations=4, rl_max_new_tokens=8, seed=0)
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -129,18 +129,10 @@ def test_an_episode_error_is_marked_in_its_group(in_tmp):
     assert grpo_magic.replay(str(run.output_dir)).groups_html == page
 
 
-class SlowLettersEnv(LettersEnv):
-    def score_episode(self, model, tokenizer, completion: str, letter: str) -> float:
-        time.sleep(0.05)
-        return super().score_episode(model, tokenizer, completion, letter)
-
-
 def test_the_stop_button_stops_a_background_run_and_saves_the_weights(in_tmp):
     run = train(GRPOParams(**FAST, max_steps=200), SlowLettersEnv(), blocking=False, display=_no_display)
     try:
-        deadline = time.monotonic() + 120
-        while run.step < 1 and not run.done and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for_step(run, 1, timeout=120)
         assert run.status == "running" and run.step >= 1
         button = run.dashboard._stop_button
         assert button.description == "Stop" and not button.disabled

@@ -19,18 +19,17 @@ from grpo_magic import GRPOMagicError, GRPOParams, register_env, train
 from grpo_magic import models as models_module
 from grpo_magic import run as run_module
 from tests.bad_inputs import ITERATION_ROWS, IterationInput
+from tests.run_support import SlowLettersEnv, wait_for_step
 from tests.test_bad_inputs import FIX_WORDS, _has
 
 FAST = dict(model="tiny", batch_size=8, rl_num_generations=4, rl_max_new_tokens=8, seed=0)
 CASES = [pytest.param(row, surface, id=f"{row.id}-{surface}") for row in ITERATION_ROWS for surface in row.surfaces]
 
 
-class TrainEnv(LettersEnv):
+class TrainEnv(SlowLettersEnv):
     """The env of the run that trains while the swap rows are tried: slow enough to be caught mid-run."""
 
-    def score_episode(self, model, tokenizer, completion, letter):
-        time.sleep(0.03)
-        return super().score_episode(model, tokenizer, completion, letter)
+    delay = 0.03
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +44,7 @@ def finished_run(tmp_path_factory):
 def training_run(tmp_path_factory, finished_run):
     run = train(GRPOParams(**FAST, max_steps=2000, project_name=str(tmp_path_factory.mktemp("live") / "run")),
                 TrainEnv, display=False, blocking=False)
-    deadline = time.monotonic() + 300
-    while run.step < 1 and time.monotonic() < deadline and not run.done:
-        time.sleep(0.1)
+    wait_for_step(run, 1)
     assert run.status == "running" and not run.done, run.reason
     yield run
     run.stop()

@@ -13,7 +13,6 @@ import math
 import shutil
 import statistics
 import threading
-import time
 
 import pytest
 
@@ -22,6 +21,7 @@ from envs.letters import LettersEnv
 from grpo_magic import GRPOParams, read_run_log, register_env, train
 from grpo_magic.events import GroupScored
 from grpo_magic.rescoring import ranks, read_logged_run, trl_advantages
+from tests.run_support import SlowLettersEnv, wait_for_step
 
 FAST = dict(model="tiny", batch_size=8, rl_num_generations=4, rl_max_new_tokens=8, seed=0)
 
@@ -154,18 +154,10 @@ def test_rescore_uses_the_runs_scale_rewards(in_tmp, monkeypatch):
         assert [a for o in old for a in o] == pytest.approx([a for g in groups for a in g.old_advantages], abs=1e-4)
 
 
-class SlowLettersEnv(LettersEnv):
-    def score_episode(self, model, tokenizer, completion, letter):
-        time.sleep(0.05)
-        return super().score_episode(model, tokenizer, completion, letter)
-
-
 def test_rescore_of_a_run_in_progress_covers_the_steps_logged_so_far(in_tmp):
     run = train(GRPOParams(**FAST, max_steps=500), SlowLettersEnv(), display=False, blocking=False)
     try:
-        deadline = time.monotonic() + 300
-        while run.step < 2 and time.monotonic() < deadline and not run.done:
-            time.sleep(0.1)
+        wait_for_step(run, 2)
         before = set(read_logged_run(run.run_log).groups)
         report = grpo_magic.rescore(run, LettersEnv)
         after = set(read_logged_run(run.run_log).groups)

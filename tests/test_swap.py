@@ -18,6 +18,7 @@ from grpo_magic import read_run_log
 from grpo_magic.dashboard.html import info_html
 from grpo_magic.events import EnvSwapped, GroupScored
 from grpo_magic.progress import TerminalProgress
+from tests.run_support import wait_for_step
 
 CELL = '''
 import time
@@ -37,9 +38,7 @@ class SwapEnv:
 
 
 def _wait(run, step: int) -> None:
-    deadline = time.monotonic() + 300
-    while run.step < step and not run.done and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for_step(run, step, poll=0.05)
     assert run.step >= step and not run.done, run.reason
 
 

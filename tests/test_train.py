@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 import zlib
 
 import pandas as pd
@@ -18,6 +17,7 @@ from transformers import TrainerCallback
 from envs.letters import LettersEnv
 from grpo_magic import GRPOMagicError, GRPOParams, read_run_log, train
 from grpo_magic.events import EpisodeError, GroupScored, RunFinished, RunStarted, StepLogged
+from tests.run_support import SlowLettersEnv, wait_for_step
 
 FAST = dict(model="tiny", batch_size=8, rl_num_generations=4, rl_max_new_tokens=8, seed=0)
 
@@ -136,17 +136,9 @@ def test_an_error_rate_over_the_limit_stops_the_run_with_the_traceback(in_tmp):
     assert (in_tmp / "grpo-run" / "model.safetensors").exists()  # what was trained is never lost
 
 
-class SlowEnv(LettersEnv):
-    def score_episode(self, model, tokenizer, completion, letter):
-        time.sleep(0.05)
-        return super().score_episode(model, tokenizer, completion, letter)
-
-
 def test_stop_on_a_background_run_saves_weights_and_log(in_tmp):
-    run = train(GRPOParams(**FAST, max_steps=200), SlowEnv(), blocking=False)
-    deadline = time.monotonic() + 120
-    while run.step < 1 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    run = train(GRPOParams(**FAST, max_steps=200), SlowLettersEnv(), blocking=False)
+    wait_for_step(run, 1, timeout=120)
     assert run.status == "running"
     with pytest.raises(GRPOMagicError, match="already training.*stop"):
         train(GRPOParams(**FAST, max_steps=1, project_name="other"), LettersEnv())
