@@ -52,6 +52,14 @@ _MAX_STEP_OPTIONS = 200  # the step selector lists at most this many old steps (
 # drawing it there); bench/run.py measures it (curve_updates_per_step, the dashboard's share).
 _CURVES_BUDGET = 0.01
 _CURVES_MIN_INTERVAL = 0.02
+# The other parts (header, step selector, groups, errors) are redrawn on the throttle, but never so
+# often that they take more than a quarter of that budget: the wait between their renders is at
+# least their last render's cost divided by _RENDER_SHARE (a 1.5 ms render: 0.6 s), up to
+# _MAX_RENDER_WAIT. Without that floor, renders that cost 1-3 ms in a kernel (the widget messages
+# are built and sent from the training thread) ate the whole 1% when steps are 20-30 ms, and the
+# curves stopped following; folding the events takes about another 0.4% of such steps.
+_RENDER_SHARE = _CURVES_BUDGET / 4
+_MAX_RENDER_WAIT = 2.0
 _curves_cost_seen = 0.001  # the last drawing's cost in this process: the next run's first estimate
 
 
@@ -158,9 +166,9 @@ class Dashboard:
     def __call__(self, event: Event) -> None:
         """Subscriber: update the view, then render if the throttle allows (or must).
 
-        The wait between renders is ``throttle_s``, or three times what the last render cost
-        when that is longer (up to a second), so that drawing takes at most about a quarter of
-        the training thread's time even on a slow machine.
+        The wait between renders is ``throttle_s``, or longer when the last render was costly
+        (see ``_RENDER_SHARE``): the other parts keep within a quarter of the dashboard's 1%, and the
+        curves, drawn at logged steps in between, get what is left.
         """
         t0 = time.perf_counter()
         with self._lock:
@@ -185,7 +193,7 @@ class Dashboard:
             self.training_busy_seconds = 0.0
         if not self._rendering_enabled:
             return
-        wait = max(self.throttle_s, min(3.0 * self._last_render_cost, 1.0))
+        wait = max(self.throttle_s, min(self._last_render_cost / _RENDER_SHARE, _MAX_RENDER_WAIT))
         if force or time.monotonic() - self._last_render >= wait:
             self._render(full=force)
         elif isinstance(event, StepLogged):
@@ -307,16 +315,17 @@ class Dashboard:
 
     def _render(self, full: bool = True) -> None:
         """Send what changed since the last render; ``full`` also redraws curves for new groups only."""
-        t0 = time.perf_counter()
+        t0, curves0 = time.perf_counter(), self.curve_seconds
         self._render_header()
         self._render_curves(full)
         self._render_select()
         self._render_groups()
         self._render_errors()
         self._last_render = time.monotonic()
-        self._last_render_cost = time.perf_counter() - t0
+        cost = time.perf_counter() - t0
+        self._last_render_cost = cost - (self.curve_seconds - curves0)  # the curves have their own account
         self.render_count += 1
-        self.render_seconds += self._last_render_cost
+        self.render_seconds += cost
 
     def _set_once(self, key: str, value: Any, setter: Callable[[Any], None]) -> None:
         if self._rendered.get(key) != value:
