@@ -48,7 +48,7 @@ _MAX_STEP_OPTIONS = 200  # the step selector lists at most this many old steps (
 # renders and curves) plus one more drawing stays within _CURVES_BUDGET of the time since training
 # started, and at most every _CURVES_MIN_INTERVAL seconds (a browser is not sent more than 50 a
 # second). The curves thus get what the rest of the dashboard leaves of 1%: with 40-50 ms CPU steps
-# about every other step headless, every 4th or 5th in a kernel (sending an update costs as much as
+# about every other step headless, every third in a kernel (sending an update costs as much as
 # drawing it there); bench/run.py measures it (curve_updates_per_step, the dashboard's share).
 _CURVES_BUDGET = 0.01
 _CURVES_MIN_INTERVAL = 0.02
