@@ -306,7 +306,7 @@ def test_costly_renders_of_the_other_parts_leave_the_curves_their_share(clock: F
     dash = train(clock, 200, step_s=0.03125, cost=0.0002)
     elapsed = 200 * 0.03125 + dash.training_busy_seconds
     assert dash.training_busy_seconds <= 0.01 * elapsed + 0.005  # the whole dashboard within 1%, one render over
-    assert dash.render_count >= 5  # the other parts still follow, about once a second
+    assert dash.render_count >= 5  # the other parts still follow, every 2 s (the longest wait)
     assert dash.curve_updates >= 100  # and the curves at least every other step
 
 
