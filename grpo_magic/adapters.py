@@ -27,11 +27,13 @@ from .env import as_dataset, say_converted
 from .episodes import AsyncLoop
 from .errors import GRPOMagicError
 from .text import one_line
+from .trl_compat import REWARD_CALL_KWARGS, REWARD_KWARGS
 
 __all__ = ["from_reasoning_gym", "from_reward_funcs"]
 
-#: What TRL passes to every reward function besides the dataset's columns (``GRPOTrainer._calculate_rewards``).
-TRL_PASSES = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
+#: What TRL passes to every reward function besides the dataset's columns (``trl_compat.REWARD_KWARGS``; these
+#: envs are not agent envs, so no ``environments``).
+TRL_PASSES = ("prompts", "completions", *(k for k in REWARD_KWARGS if k != "environments"))
 
 _LOOP: AsyncLoop | None = None
 
@@ -160,7 +162,7 @@ class RewardFuncsEnv:
             ids = [_token_ids(tokenizer, c) for c in completions]
         call = {
             "prompts": prompts, "completions": completions, "completion_ids": ids,
-            **{k: v for k, v in kwargs.items() if k not in ("trainer_state", "log_extra", "log_metric")},
+            **{k: v for k, v in kwargs.items() if k not in REWARD_CALL_KWARGS},
             "trainer_state": kwargs.get("trainer_state"),
             "log_extra": kwargs.get("log_extra") or _no_op,
             "log_metric": kwargs.get("log_metric") or _no_op,

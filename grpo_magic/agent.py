@@ -26,6 +26,7 @@ from typing import Any
 
 from .errors import GRPOMagicError
 from .text import one_line
+from .trl_compat import TOOL_ERROR_PREFIX
 
 #: Methods of an env that are never tools.
 RESERVED_METHODS = ("build_dataset", "score_episode", "get_tools", "reset", "get_reward")
@@ -262,7 +263,7 @@ def transcript(messages: list[dict[str, Any]], calls: list[ToolCall] | None = No
             error = None
             if recorded and recorded[0].name == name:  # a tool of the env ran: its own record says how it went
                 error = recorded.pop(0).error
-            elif content.startswith("{'error':"):  # TRL answered itself: an unknown tool, a bad call
+            elif content.startswith(TOOL_ERROR_PREFIX):  # TRL answered itself: an unknown tool, a bad call
                 error = content
             turn = {"role": "tool", "name": name, "content": content}
             if error:

@@ -227,7 +227,7 @@ def check_env(
     lm = _load(model_path, tokenizer)
     loaded = time.perf_counter()
     reward = EnvReward(prepared.env, workers=params.rl_env_workers, timeout=params.rl_episode_timeout,
-                       max_error_rate=1.0)
+                       max_error_rate=1.0, agent=prepared.agent, defer_failure=True)
     reward.bind(lm, tokenizer)
     agent: dict[str, float] | None = None
     degenerate_texts = [["", _echo(r), REFUSAL] for r in rows]
@@ -388,10 +388,9 @@ def _score(reward: EnvReward, tokenizer: Any, rows: list[dict[str, Any]], texts:
             ids.append(list(tokenizer(text=text, add_special_tokens=False)["input_ids"]) if text else [])
             for key in columns:
                 columns[key].append(row[key])
-    reward(prompts=prompts, completions=completions, completion_ids=ids, trainer_state=None, log_extra=None,
-           log_metric=None, **columns)
-    assert reward.last_batch is not None
-    return list(reward.last_batch.outcomes)
+    record = reward.score(prompts=prompts, completions=completions, completion_ids=ids, trainer_state=None,
+                          log_extra=None, log_metric=None, **columns)
+    return list(record.outcomes)
 
 
 # ---------------------------------------------------------------- judging

@@ -3,8 +3,8 @@
 An agent env's episode is multi-turn (tool calls, tool results, more assistant turns), and it is
 TRL that runs it. So the check builds the very trainer a run would (``trainer.build_trainer``) and
 asks TRL for one batch of rollouts of the sampled prompts (``trainer.rollouts``: the same call a
-training step makes), without any optimizer step.
-The reward adapter's record of that batch then holds the scores and each episode's transcript.
+training step makes), without any optimizer step. It gives the reward adapter's record of that batch
+(the scores and each episode's transcript) and the completion tokens TRL kept (``trl_compat.ScoredBatch``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,10 @@ class AgentEpisodes:
 
 def run_agent_episodes(params: GRPOParams, prepared: Any, model: Any, tokenizer: Any, reward: EnvReward,
                        rows: list[dict[str, Any]]) -> AgentEpisodes:
-    """``num_generations`` episodes of each row, run by TRL's tool loop with the policy ``model``."""
+    """``num_generations`` episodes of each row, run by TRL's tool loop with the policy ``model``.
+
+    ``reward`` is built with the env's agent spec (``EnvReward(agent=...)``), which the trainer hands to TRL.
+    """
     from .trainer import build_trainer, rollouts
 
     refuse_while_training()
@@ -41,15 +44,11 @@ def run_agent_episodes(params: GRPOParams, prepared: Any, model: Any, tokenizer:
     with tempfile.TemporaryDirectory(prefix="grpo-check-") as out:
         config = params.to_grpo_config(out, max_steps=1, save_strategy="no", report_to=[], logging_steps=1)
         trainer = build_trainer(model=model, tokenizer=tokenizer, reward=reward, config=config,
-                                dataset=prepared.dataset, agent=prepared.agent)
+                                dataset=prepared.dataset)
         inputs = [dict(row) for row in rows for _ in range(n)]  # groups contiguous, as TRL's sampler gives them
-        batch = rollouts(trainer, inputs)
-    record = reward.last_batch
-    assert record is not None
+        record, batch = rollouts(trainer, inputs)
     eos = {tokenizer.eos_token_id, tokenizer.pad_token_id, *_ids(model.generation_config.eos_token_id)}
-    lengths = batch["completion_mask"].sum(dim=1).tolist()
-    ids = batch["completion_ids"].tolist()
-    cut = [length > 0 and row[int(length) - 1] not in eos for row, length in zip(ids, lengths, strict=True)]
+    cut = [bool(ids) and ids[-1] not in eos for ids in batch.completion_ids]
     return AgentEpisodes(
         texts=[record.completions[g * n:(g + 1) * n] for g in range(len(rows))],
         outcomes=list(record.outcomes),
@@ -94,10 +93,9 @@ def degenerate_episodes(prepared: Any, reward: EnvReward, rows: list[dict[str, A
             completions.append([{"role": "assistant", "content": text}])
             for key in columns:
                 columns[key].append(row[key])
-    reward(prompts=prompts, completions=completions, completion_ids=[[] for _ in completions], trainer_state=None,
-           log_extra=None, log_metric=None, environments=environments, **columns)
-    assert reward.last_batch is not None
-    return list(reward.last_batch.outcomes)
+    record = reward.score(prompts=prompts, completions=completions, completion_ids=[[] for _ in completions],
+                          trainer_state=None, log_extra=None, log_metric=None, environments=environments, **columns)
+    return list(record.outcomes)
 
 
 def agent_stats(transcripts: list[list[dict[str, Any]]]) -> dict[str, float]:

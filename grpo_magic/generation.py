@@ -13,7 +13,7 @@ always rendered here with the tokenizer's chat template (so HF and vLLM see the 
 the reply is cut at the end of the turn, tool-call markup kept. The engines:
 
 - ``hf``: ``model.generate`` on the policy (CPU, one GPU, or no vLLM);
-- ``vllm-colocate``: TRL's in-process engine (``trainer.vllm_generation.llm``), which already
+- ``vllm-colocate``: TRL's in-process engine (found by ``trl_compat.vllm_engine``), which already
   holds this step's weights;
 - ``vllm-server``: TRL's server (``trl vllm-serve``), which TRL updates every step; every process
   can reach it over HTTP.
@@ -150,10 +150,10 @@ class VLLMColocateGenerator(EpisodeGenerator):
         self._lock = threading.Lock()
 
     def context_length(self) -> int | None:
-        try:
-            return int(self.llm.llm_engine.model_config.max_model_len)
-        except (AttributeError, TypeError, ValueError):
-            return super().context_length()
+        from .trl_compat import vllm_max_model_len
+
+        limit = vllm_max_model_len(self.llm)
+        return limit if limit is not None else super().context_length()
 
     def _complete(self, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
         from vllm import SamplingParams
@@ -180,9 +180,9 @@ class VLLMServerGenerator(EpisodeGenerator):
     def _client(self) -> Any:
         with self._lock:
             if self.client is None:  # only the main process holds TRL's client: the others talk HTTP themselves
-                from trl.generation.vllm_client import VLLMClient
+                from .trl_compat import vllm_client
 
-                self.client = VLLMClient(base_url=self.base_url, connection_timeout=60.0)
+                self.client = vllm_client(self.base_url)
             return self.client
 
     def _complete(self, prompt_ids: list[int], max_new_tokens: int) -> list[int]:

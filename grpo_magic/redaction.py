@@ -145,13 +145,11 @@ class RedactingFilter(logging.Filter):
         return True
 
 
-#: Library loggers whose messages quote prompts or reward arguments (TRL warns with a whole row
-#: when every reward function returned None for it).
-LIBRARY_LOGGERS = ("trl.trainer.grpo_trainer",)
+def redact_library_logs(names: tuple[str, ...]) -> None:
+    """Redact what library loggers that quote our data print (TRL's: ``trl_compat.LIBRARY_LOGGERS``).
 
-
-def redact_library_logs(names: tuple[str, ...] = LIBRARY_LOGGERS) -> None:
-    """Redact what those loggers print (a filter on a logger sees only its own records: hence each name)."""
+    A filter on a logger sees only its own records: hence each name.
+    """
     for name in names:
         logger = logging.getLogger(name)
         if not any(isinstance(f, RedactingFilter) for f in logger.filters):

@@ -418,8 +418,7 @@ def _score(reward: EnvReward, groups: list[GroupScored], rows: dict[str, dict[st
                 completions.append(trl_messages(turns))
         names = sorted({k for r in row_list for k in r})
         extra = {"environments": episodes} if agent is not None else {}
-        reward(prompts, completions, **{k: [r.get(k) for r in row_list] for k in names}, **extra)
-        batch = reward.last_batch.outcomes if reward.last_batch is not None else []
+        batch = reward.score(prompts, completions, **{k: [r.get(k) for r in row_list] for k in names}, **extra).outcomes
         at = 0
         for key, g in chunk:
             outcomes[key] = batch[at: at + len(g.completions)]

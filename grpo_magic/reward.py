@@ -20,12 +20,9 @@ from .env import ENV_PROMPT_COLUMN, episode_parameters, prompt_text
 from .episodes import EpisodeRunner
 from .errors import GRPOMagicError
 from .scores import EpisodeOutcome, normalize_score
+from .trl_compat import reward_call_kwargs
 
 __all__ = ["BatchRecord", "EnvErrorRateExceeded", "EnvReward", "EpisodeOutcome", "error_rate_failure", "normalize_score"]
-
-#: Keyword arguments TRL adds to every reward call that are not dataset columns.
-TRL_EXTRA_KWARGS = ("trainer_state", "log_extra", "log_metric", "environments", "completion_ids")
-
 
 class EnvErrorRateExceeded(GRPOMagicError):
     """Too many episodes of one step failed: the run stops with the first traceback quoted."""
@@ -97,7 +94,12 @@ class EnvReward:
     """A TRL reward function that runs one environment episode per completion.
 
     The model and tokenizer are bound after the trainer is built (``bind``), since the episodes
-    need the policy that TRL actually trains (with its LoRA adapters).
+    need the policy that TRL actually trains (with its LoRA adapters). ``agent`` is an agent env's
+    spec (``agent.AgentSpec``: TRL builds its episodes, ``trainer.build_trainer`` hands it to TRL).
+    ``defer_failure`` is the failure policy of training: an error-rate failure is recorded on the
+    batch (``BatchRecord.failure``) instead of raised inside TRL, where the step's groups and errors
+    would be lost (and other processes would wait forever); the trainer raises it on every process
+    once the step's episodes are events. ``score`` returns each call's record to its caller.
     """
 
     __name__ = "env"  # TRL names its metrics after this: rewards/env/mean
@@ -110,6 +112,8 @@ class EnvReward:
         timeout: float | None = None,
         max_error_rate: float = 1.0,
         on_batch: Callable[[BatchRecord], None] | None = None,
+        agent: Any = None,
+        defer_failure: bool = False,
     ) -> None:
         self.env = env
         self.runner = EpisodeRunner(workers=workers, timeout=timeout)
@@ -120,18 +124,13 @@ class EnvReward:
         self.is_async = inspect.iscoroutinefunction(env.score_episode)
         self._names, self._var_kw, _ = episode_parameters(env)
         self._calls = 0
-        self.last_batch: BatchRecord | None = None
         self.totals = {"episodes": 0, "errors": 0, "clipped": 0}
         self.generator: Any = None
-        #: In training: record an error-rate failure on the batch instead of raising inside TRL, where
-        #: the step's groups and errors would be lost (and other processes would wait forever); the
-        #: trainer raises it on every process once the step's episodes are events.
-        self.defer_failure = False
+        self.defer_failure = defer_failure
         #: A swap asked for by another thread (``request_swap``), applied between two steps.
         self._swap: tuple[Any, Callable[[int], None] | None, Callable[[], Any] | None] | None = None
         self._swap_lock = threading.Lock()
-        #: An agent env's spec (``agent.AgentSpec``): TRL builds its episodes; set by ``trainer.build_trainer``.
-        self.agent: Any = None
+        self.agent = agent
 
     def bind(self, model: Any, tokenizer: Any, generator: Any = None) -> None:
         """The policy and tokenizer episodes use; ``generator`` continues episodes (default: HF generate)."""
@@ -172,21 +171,27 @@ class EnvReward:
     # ------------------------------------------------------------ TRL entry point
 
     def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
-        state = kwargs.get("trainer_state")
-        log_metric = kwargs.get("log_metric")
+        """TRL's reward function: one score per completion (None: that episode failed)."""
+        return self.score(prompts, completions, **kwargs).scores
+
+    def score(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> BatchRecord:
+        """Score one batch as TRL passes it (prompts, completions, TRL's keyword arguments and every column)
+        and return its record: scores, errors, clipping, latency, transcripts and rows."""
+        trl_kwargs, columns = reward_call_kwargs(kwargs)
+        state = trl_kwargs.get("trainer_state")
+        log_metric = trl_kwargs.get("log_metric")
         self._calls += 1
         step = (state.global_step + 1) if state is not None else self._calls
         self.apply_swap(step)
-        columns = {k: v for k, v in kwargs.items() if k not in TRL_EXTRA_KWARGS}
         env_prompts = columns.pop(ENV_PROMPT_COLUMN, None) or prompts
         rows = [{k: v[i] for k, v in columns.items()} for i in range(len(completions))]
-        environments = kwargs.get("environments")
+        environments = trl_kwargs.get("environments")
         if environments is not None:  # an agent env: TRL ran each episode on its own instance
             record = self._agent_batch(step, env_prompts, completions, rows, environments)
         else:
             texts = [completion_text(c) for c in completions]
             if callable(getattr(self.env, "score_completions", None)):  # a batched env (grpo_magic.adapters)
-                outcomes = self.score_completions(env_prompts, completions, columns, kwargs)
+                outcomes = self.score_completions(env_prompts, completions, columns, trl_kwargs)
             else:
                 calls = [self._episode_kwargs(env_prompts[i], rows[i]) for i in range(len(texts))]
                 outcomes = self.score_batch(texts, calls)
@@ -196,7 +201,6 @@ class EnvReward:
                           for p, row in zip(env_prompts, rows, strict=True)]
         record.abandoned_running = self.runner.abandoned_running
         outcomes = record.outcomes
-        self.last_batch = record
         errors = sum(o.error is not None for o in outcomes)
         clipped = sum(o.clipped for o in outcomes)
         self.totals["episodes"] += len(outcomes)
@@ -217,7 +221,7 @@ class EnvReward:
             if not self.defer_failure:
                 raise EnvErrorRateExceeded(message)
             record.failure = message
-        return [o.score for o in outcomes]
+        return record
 
     def _agent_batch(self, step: int, prompts: list[Any], completions: list[Any], rows: list[dict[str, Any]],
                      environments: list[Any]) -> BatchRecord:
@@ -260,9 +264,9 @@ class EnvReward:
                           trl_kwargs: dict[str, Any]) -> list[EpisodeOutcome]:
         """A batched env scores the whole batch in one call, with what TRL passed (docs/architecture.md,
         "Adapters"): the prompts, the completions as TRL gave them, every column as a list and TRL's own
-        keyword arguments (``completion_ids``, ``trainer_state``, ``log_extra``, ``log_metric``)."""
+        keyword arguments (``trl_compat.REWARD_KWARGS`` but ``environments``)."""
         env, model, tokenizer = self.env, self.model, self.tokenizer
-        extras = {k: trl_kwargs[k] for k in TRL_EXTRA_KWARGS if k in trl_kwargs and k != "environments"}
+        extras = {k: v for k, v in trl_kwargs.items() if k != "environments"}
         method = env.score_completions
 
         def call() -> Any:

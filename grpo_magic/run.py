@@ -40,6 +40,7 @@ from .resume import checkpoint_step, checkpoint_to_resume, complete_checkpoint
 from .reward import BatchRecord, EnvErrorRateExceeded, EnvReward
 from .signals import StopSignals
 from .swap import prepare_swap, source_hash, swap_spec
+from .trl_compat import LIBRARY_LOGGERS
 
 FINAL_STATUSES = ("completed", "stopped", "failed")
 #: Why a run stopped, by what asked for it: run.stop() (button, %grpo_stop) or a signal (``signals``).
@@ -298,7 +299,7 @@ def _quiet_libraries() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    redact_library_logs()  # TRL's warnings quote whole rows of reward arguments: prompts, columns
+    redact_library_logs(LIBRARY_LOGGERS)  # TRL's warnings quote whole rows of reward arguments: prompts, columns
     for pattern in (".*gradient_checkpointing.*", ".*is_gradient_checkpointing.*", ".*pin_memory.*"):
         warnings.filterwarnings("ignore", message=pattern)
 
@@ -345,13 +346,14 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         run.events.emit(StatusChanged(status="loading model", message=params.model or ""))
         model = load_model(model_path, tokenizer=tokenizer)  # resizes embeddings if a pad token was added
         config = params.to_grpo_config(str(run.output_dir), **distributed_overrides())
+        # Failures are deferred: the trainer raises them once the step's episodes are events (trainer.StepObserver).
         reward = EnvReward(prepared.env, workers=params.rl_env_workers, timeout=params.rl_episode_timeout,
-                           max_error_rate=params.rl_max_error_rate)
+                           max_error_rate=params.rl_max_error_rate, agent=prepared.agent, defer_failure=True)
         run._attach_reward(reward)  # a swap asked for while the model loaded is taken now
         callback = events_callback(on_log=on_log, on_train_begin=on_train_begin, should_stop=should_stop)
         trainer = build_trainer(
             model=model, tokenizer=tokenizer, reward=reward, config=config, dataset=prepared.dataset,
-            agent=prepared.agent, peft_config=lora_config(params.lora_r, params.lora_alpha) if params.peft else None,
+            peft_config=lora_config(params.lora_r, params.lora_alpha) if params.peft else None,
             callbacks=[callback, *trainer_callbacks], on_scored=on_scored,
         )
         trainer.train(resume_from_checkpoint=checkpoint)

@@ -1,16 +1,12 @@
-"""The TRL adapter: the only module that touches GRPOTrainer's internals (docs/architecture.md, "TRL").
+"""The TRL adapter: builds the observed GRPOTrainer of a run, its callbacks and its episode generator.
 
-We never re-implement generation, the loss or the advantages. A thin subclass reads the
-advantages TRL computed for each generation batch (the ``advantages`` entry of what
-``_generate_and_score_completions`` returns, the very tensor the loss uses), pairs them with the
-reward adapter's record of that batch, and hands both to an ``on_scored`` hook; a
-``TrainerCallback`` turns TRL's logs into step events and carries Stop requests in (a stop is
-saved as a complete checkpoint by Trainer itself, ``control.should_save``);
-``vllm_engine`` reads which vLLM engine TRL runs, for episodes that continue a conversation.
-
-Each private thing used here is listed in ``TRL_INTERNALS`` and checked when the adapter is first
-built (``check_trl``), so that a TRL release that renamed one fails at once with one sentence,
-not with an AttributeError in the middle of a run.
+We never re-implement generation, the loss or the advantages. The trainer subclass of
+``trl_compat`` (the one module that touches TRL's internals, docs/architecture.md, "TRL") shows a
+``StepObserver`` each batch's advantages as TRL computed them; the reward's record of that batch
+comes to the observer explicitly (``StepRecords``: TRL's reward function of the run, which hands
+each call's record over), and the observer hands both to an ``on_scored`` hook. A
+``TrainerCallback`` turns TRL's logs into step events and carries Stop requests in (a stop is saved
+as a complete checkpoint by Trainer itself, ``control.should_save``).
 """
 
 from __future__ import annotations
@@ -18,93 +14,81 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from .errors import GRPOMagicError
 from .generation import EpisodeGenerator, HFGenerator, VLLMColocateGenerator, VLLMServerGenerator
 from .reward import BatchRecord, EnvErrorRateExceeded, EnvReward, error_rate_failure
+from .trl_compat import (
+    BatchObserver,
+    ScoredBatch,
+    generate_and_score,
+    save_checkpoint,
+    trainer_class,
+    vllm_engine,
+)
+
+__all__ = ["StepObserver", "StepRecords", "build_trainer", "events_callback", "generator_for_trainer", "rollouts",
+           "save_abandoned", "trainer_class", "vllm_engine"]
 
 #: (record, advantages) of each process, in process order.
 ScoredHook = Callable[[list[tuple[BatchRecord, list[float]]], int], None]
 
 _log = logging.getLogger(__name__)
 
-_TRAINER_CLASS: type | None = None
 
-#: What we use of TRL that is not its documented API: (owner, attribute, what we do with it).
-TRL_INTERNALS = (
-    ("GRPOTrainer", "_generate_and_score_completions",
-     "overrides to read the advantages each batch trains on, and calls for the agent pre-flight check"),
-    ("GRPOTrainer", "_save_checkpoint", "calls (Trainer's own) to save a complete checkpoint when Ctrl-C abandons a step"),
-)
+class StepRecords:
+    """The reward function TRL calls in a run: the reward's scores go to TRL, its record of the batch here.
 
-
-#: The TRL releases grpo_magic is tested with: pyproject.toml's range (a test keeps them equal).
-TRL_RANGE = ">=1.16,<1.17"
-
-
-def check_trl(owners: dict[str, type] | None = None, version: str | None = None) -> None:
-    """Raise one clear sentence when the installed TRL lacks something the adapter overrides or reads.
-
-    ``owners``/``version``: the classes to look at (default: the installed TRL's), so that a test can
-    show the sentence for a release that lacks one.
+    TRL calls it once per generation batch; the observer takes that batch's record once TRL has
+    computed the advantages (``take``), so each record is handed from the reward to the trainer by
+    this one object, never left on the reward for another module to find.
     """
-    if owners is None:
-        import trl
 
-        owners, version = {"GRPOTrainer": trl.GRPOTrainer, "GRPOConfig": trl.GRPOConfig}, trl.__version__
-    for owner, name, why in TRL_INTERNALS:
-        if not hasattr(owners[owner], name):
-            raise GRPOMagicError(
-                f"The installed TRL {version} has no {owner}.{name}, which grpo_magic {why}; install a TRL release "
-                f"grpo_magic supports: pip install 'trl{TRL_RANGE}'."
-            )
+    def __init__(self, reward: EnvReward) -> None:
+        self.reward = reward
+        self.__name__ = reward.__name__  # TRL names its metrics after it: rewards/env/mean
+        self._records: list[BatchRecord] = []
+
+    def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
+        record = self.reward.score(prompts, completions, **kwargs)
+        self._records.append(record)
+        return record.scores
+
+    def take(self) -> BatchRecord | None:
+        """The record of the batch TRL scored last (None if the reward was not called since)."""
+        records, self._records = self._records, []
+        return records[-1] if records else None
 
 
-def trainer_class() -> type:
-    """The GRPOTrainer subclass, built on first use so that importing grpo_magic stays light."""
-    global _TRAINER_CLASS
-    if _TRAINER_CLASS is not None:
-        return _TRAINER_CLASS
-    from accelerate.utils import gather_object
-    from trl import GRPOTrainer
+class StepObserver(BatchObserver):
+    """Pairs each training batch's record with TRL's advantages, reports it, and applies the failure policy."""
 
-    check_trl()
+    def __init__(self, reward: EnvReward, records: StepRecords, on_scored: ScoredHook | None) -> None:
+        self.reward, self.records, self.on_scored = reward, records, on_scored
 
-    class ObservedGRPOTrainer(GRPOTrainer):
-        """GRPOTrainer that reports each scored batch with the advantages it trains on."""
+    def before_batch(self, step: int) -> None:
+        self.reward.apply_swap(step)
 
-        grpo_magic_reward: EnvReward | None = None
-        grpo_magic_on_scored: ScoredHook | None = None
+    def scored(self, trainer: Any, batch: ScoredBatch) -> None:
+        record = self.records.take()
+        if self.on_scored is None:
+            return
+        # TRL computed the advantages over all processes' rewards and kept this process's slice,
+        # in the order of its completions: the same order as this process's reward record.
+        payload = [(record, batch.advantages)]
+        if trainer.accelerator.num_processes > 1:
+            from accelerate.utils import gather_object
 
-        def _generate_and_score_completions(self, inputs):  # noqa: D401 - TRL's hook point
-            if self.grpo_magic_reward is not None and self.model.training:  # a hot swap, before TRL resets episodes
-                self.grpo_magic_reward.apply_swap(self.state.global_step + 1)
-            output = super()._generate_and_score_completions(inputs)
-            reward, hook = self.grpo_magic_reward, self.grpo_magic_on_scored
-            if reward is None or hook is None or not self.model.training:
-                return output
-            record, reward.last_batch = reward.last_batch, None
-            # TRL computed the advantages over all processes' rewards and kept this process's slice,
-            # in the order of its completions: the same order as this process's reward record.
-            advantages = output["advantages"].detach().float().reshape(-1).cpu().tolist()
-            payload = [(record, advantages)]
-            if self.accelerator.num_processes > 1:
-                # Every rank's groups in rank order; a group split across two ranks is whole again.
-                payload = gather_object(payload)
-            payload = [p for p in payload if p[0] is not None]
-            if self.accelerator.is_main_process:
-                hook(payload, self.num_generations)
-            # One path for one process and several: the step's groups and errors are events first, then
-            # the run stops, on every process at once, judged on the episodes of every process.
-            failure = error_rate_failure([record for record, _ in payload], reward.max_error_rate)
-            if failure is not None:
-                raise EnvErrorRateExceeded(failure)
-            return output
-
-    _TRAINER_CLASS = ObservedGRPOTrainer
-    return ObservedGRPOTrainer
+            # Every rank's groups in rank order; a group split across two ranks is whole again.
+            payload = gather_object(payload)
+        payload = [p for p in payload if p[0] is not None]
+        if trainer.accelerator.is_main_process:
+            self.on_scored(payload, trainer.args.num_generations)
+        # One path for one process and several: the step's groups and errors are events first, then
+        # the run stops, on every process at once, judged on the episodes of every process.
+        failure = error_rate_failure([r for r, _ in payload], self.reward.max_error_rate)
+        if failure is not None:
+            raise EnvErrorRateExceeded(failure)
 
 
 def build_trainer(
@@ -114,26 +98,27 @@ def build_trainer(
     reward: EnvReward,
     config: Any,
     dataset: Any,
-    agent: Any = None,
     peft_config: Any = None,
     callbacks: list[Any] | None = None,
     on_scored: ScoredHook | None = None,
 ) -> Any:
     """The observed GRPOTrainer of a run, with the reward adapter bound to the policy TRL trains.
 
-    An agent env (``agent``, an ``agent.AgentSpec``) goes to TRL as ``environment_factory``: TRL runs
-    each episode through its tool loop, one instance per rollout (docs/architecture.md, "Agent episodes").
+    An agent env (the reward's ``agent``, an ``agent.AgentSpec``) goes to TRL as ``environment_factory``:
+    TRL runs each episode through its tool loop, one instance per rollout (docs/architecture.md,
+    "Agent episodes").
     """
     import warnings
 
     extra: dict[str, Any] = {}
-    if agent is not None:
-        extra["environment_factory"] = agent.factory
+    if reward.agent is not None:
+        extra["environment_factory"] = reward.agent.factory
+    records = StepRecords(reward)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*environment_factory.*experimental", category=UserWarning)
         trainer = trainer_class()(
             model=model,
-            reward_funcs=[reward],
+            reward_funcs=[records],
             args=config,
             train_dataset=dataset,
             processing_class=tokenizer,
@@ -142,21 +127,22 @@ def build_trainer(
             **extra,
         )
     drop_console_callbacks(trainer)
-    trainer.grpo_magic_reward = reward
-    reward.agent = agent
-    trainer.grpo_magic_on_scored = on_scored
-    reward.defer_failure = True  # raised by the trainer hook once the step's episodes are events (see above)
+    trainer.grpo_magic_observer = StepObserver(reward, records, on_scored)
     policy = trainer.accelerator.unwrap_model(trainer.model)
     reward.bind(policy, tokenizer, generator=generator_for_trainer(trainer, policy, tokenizer))
     return trainer
 
 
-def rollouts(trainer: Any, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One batch of TRL's rollouts (generation, tool loop, rewards, advantages) with no optimizer step.
+def rollouts(trainer: Any, inputs: list[dict[str, Any]]) -> tuple[BatchRecord, ScoredBatch]:
+    """One batch of TRL's rollouts (generation, tool loop, rewards, advantages) with no optimizer step,
+    and the reward's record of it.
 
     The pre-flight check of an agent env uses it to see whole episodes exactly as training makes them.
     """
-    return trainer._generate_and_score_completions(inputs)
+    batch = generate_and_score(trainer, inputs)
+    record = trainer.grpo_magic_observer.records.take()
+    assert record is not None, "TRL scored a batch without calling the reward"
+    return record, batch
 
 
 def events_callback(
@@ -213,7 +199,7 @@ def events_callback(
 def save_abandoned(trainer: Any, callback: Any) -> str | None:
     """After Ctrl-C abandoned a step: a complete checkpoint of the last finished one, if one can be taken.
 
-    Trainer's own ``_save_checkpoint`` (listed in ``TRL_INTERNALS``), as a stop at a step's end
+    Trainer's own ``_save_checkpoint`` (``trl_compat.save_checkpoint``), as a stop at a step's end
     would have done. Not during the optimizer step (the weights are half updated), not before any
     step, and not with several processes (the others are in the middle of a collective call).
     Returns the checkpoint folder, or None.
@@ -230,7 +216,7 @@ def save_abandoned(trainer: Any, callback: Any) -> str | None:
             return str(folder)  # saved at that step already (save_steps)
     except (OSError, ValueError):
         pass
-    trainer._save_checkpoint(trainer.model, trial=None)
+    save_checkpoint(trainer)
     return str(folder)
 
 
@@ -246,42 +232,6 @@ def drop_console_callbacks(trainer: Any) -> None:
         trainer.remove_callback(NotebookProgressCallback)
     except ImportError:  # pragma: no cover - transformers without notebook support
         pass
-
-
-@dataclass
-class VLLMEngine:
-    """The vLLM engine TRL generates with, as the episode generator needs it."""
-
-    mode: str  # "colocate" or "server"
-    llm: Any = None  # colocate: TRL's in-process vllm.LLM
-    client: Any = None  # server: TRL's VLLMClient (main process only)
-    base_url: str | None = None
-    tensor_parallel_size: int = 1
-    sleep_mode: bool = False
-
-
-def vllm_engine(trainer: Any) -> VLLMEngine | None:
-    """Which vLLM engine the trainer runs (None without vLLM); read from TRL's attributes.
-
-    TRL keeps the engine on ``trainer.vllm_generation`` (``llm`` in colocate mode, ``vllm_client``
-    in server mode; older releases kept them on the trainer itself).
-    """
-    args = trainer.args
-    if not getattr(args, "use_vllm", False):
-        return None
-    engine = getattr(trainer, "vllm_generation", None)
-    if getattr(args, "vllm_mode", "colocate") == "server":
-        client = getattr(engine, "vllm_client", None) or getattr(trainer, "vllm_client", None)
-        base_url = getattr(args, "vllm_server_base_url", None) or (
-            f"http://{getattr(args, 'vllm_server_host', '0.0.0.0')}:{getattr(args, 'vllm_server_port', 8000)}")
-        return VLLMEngine(mode="server", client=client, base_url=base_url)
-    return VLLMEngine(
-        mode="colocate",
-        llm=getattr(engine, "llm", None) or getattr(trainer, "llm", None),
-        tensor_parallel_size=int(getattr(engine, "tensor_parallel_size", getattr(args, "vllm_tensor_parallel_size", 1))
-                                 or 1),
-        sleep_mode=bool(getattr(engine, "enable_sleep_mode", getattr(args, "vllm_enable_sleep_mode", False))),
-    )
 
 
 def generator_for_trainer(trainer: Any, model: Any, tokenizer: Any) -> EpisodeGenerator:

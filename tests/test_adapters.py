@@ -81,9 +81,10 @@ def test_none_is_left_out_of_the_mean_and_all_none_is_an_episode_error():
 
     ds = Dataset.from_dict({"prompt": ["p"] * 4})
     reward = _reward(from_reward_funcs([first, second], ds))
-    scores = reward(prompts=["p"] * 4, completions=["a", "b", "c", "d"])
+    record = reward.score(prompts=["p"] * 4, completions=["a", "b", "c", "d"])
+    scores = record.scores
     assert scores[:2] == [0.5, 0.5] and scores[2] is None and scores[3] is None
-    outcomes = reward.last_batch.outcomes
+    outcomes = record.outcomes
     assert outcomes[0].components == {"first": 1.0, "second": 0.0} and outcomes[1].components == {"second": 0.5}
     assert "No reward function of positive weight scored completion 2" in outcomes[2].error["message"]
 
@@ -93,8 +94,9 @@ def test_a_function_returning_the_wrong_number_of_values_is_one_sentence_naming_
         return [1.0]
 
     reward = _reward(from_reward_funcs(two_few, Dataset.from_dict({"prompt": ["p"] * 3})))
-    assert reward(prompts=["p"] * 3, completions=["a", "b", "c"]) == [None, None, None]
-    messages = {o.error["message"] for o in reward.last_batch.outcomes}
+    record = reward.score(prompts=["p"] * 3, completions=["a", "b", "c"])
+    assert record.scores == [None, None, None]
+    messages = {o.error["message"] for o in record.outcomes}
     assert len(messages) == 1
     message = messages.pop()
     assert "Reward function 'two_few' returned 1 value for 3 completions" in message

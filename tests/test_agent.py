@@ -241,19 +241,20 @@ def test_tool_results_are_masked_out_of_trls_loss_and_later_turns_are_trained(tm
     from grpo_magic.env import EnvSpec, prepare_env
     from grpo_magic.models import load_model, load_tokenizer, resolve_model
     from grpo_magic.reward import EnvReward
-    from grpo_magic.trainer import build_trainer, rollouts
+    from grpo_magic.trainer import build_trainer
 
     path = resolve_model("tiny-agent")
     tokenizer = load_tokenizer(path)
     prepared = prepare_env(EnvSpec(name="WeatherAgentEnv", cls=WeatherAgentEnv), tokenizer)
     params = GRPOParams(model="tiny-agent", batch_size=16, rl_num_generations=8, rl_max_new_tokens=48, rl_kl_coef=0.0)
-    reward = EnvReward(prepared.env)
+    reward = EnvReward(prepared.env, agent=prepared.agent)
     torch.manual_seed(0)
     trainer = build_trainer(model=load_model(path, tokenizer=tokenizer), tokenizer=tokenizer, reward=reward,
                             config=params.to_grpo_config(str(tmp_path / "mask-test"), max_steps=1),
-                            dataset=prepared.dataset, agent=prepared.agent)
+                            dataset=prepared.dataset)
     trainer.model.train()
-    batch = rollouts(trainer, [prepared.dataset[i] for i in range(2) for _ in range(8)])
+    # TRL's own batch, tool_mask included (what grpo_magic reads of it is trl_compat.BATCH_KEYS)
+    batch = trainer._generate_and_score_completions([prepared.dataset[i] for i in range(2) for _ in range(8)])
     mask, ids, completion_mask = batch["tool_mask"], batch["completion_ids"], batch["completion_mask"]
     rows = [b for b in range(len(ids)) if (mask[b][completion_mask[b].bool()] == 0).any()]
     assert rows, "no episode of the batch had a tool result"

@@ -107,7 +107,9 @@ def test_load_tokenizer_and_load_model(tok: Any, model: Any, tiny_path: str) -> 
 
     assert tok.padding_side == "left" and tok.pad_token is not None
     assert model.name_or_path == tiny_path  # TRL reloads the reference model from here when beta > 0
-    assert type(models.load_model(models.TINY, peft=True)).__name__ == "Qwen2ForCausalLM"  # not peft-wrapped
+    assert type(models.load_model(models.TINY)).__name__ == "Qwen2ForCausalLM"  # plain: TRL applies LoRA itself
+    with pytest.raises(TypeError):
+        models.load_model(models.TINY, peft=True)  # no argument that is taken and dropped
 
 
 def test_the_run_s_precision_is_one_this_machine_trains_in(tiny_path: str, in_tmp: pathlib.Path) -> None:

@@ -23,7 +23,7 @@ from packaging.version import Version
 import grpo_magic
 from grpo_magic import GRPOMagicError
 from grpo_magic.cli import main
-from grpo_magic.trainer import TRL_INTERNALS, TRL_RANGE, check_trl
+from grpo_magic.trl_compat import TRL_INTERNALS, TRL_RANGE, check_trl
 from tests.test_bad_inputs import FIX_WORDS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,11 +71,16 @@ def test_live_widgets_declare_the_ipykernel_they_need():
     assert req.specifier == SpecifierSet(">=7.1") and Version("7.0.1") not in req.specifier
 
 
+def _one_sentence(message: str) -> None:
+    assert message.endswith(f"pip install 'trl{TRL_RANGE}'.") and "\n" not in message and FIX_WORDS.search(message)
+    assert message.count(". ") == 0  # one sentence
+
+
 def test_the_trl_hook_says_what_is_missing_in_one_sentence():
     check_trl()  # the installed TRL has everything the adapter touches
     import trl
 
-    for owner, name, _ in TRL_INTERNALS:
+    for owner, name, _, _ in TRL_INTERNALS:
         assert hasattr(getattr(trl, owner), name)
     assert SpecifierSet(TRL_RANGE) == DECLARED["trl"].specifier
     bare = {"GRPOTrainer": type("GRPOTrainer", (), {}), "GRPOConfig": type("GRPOConfig", (), {})}
@@ -83,8 +88,34 @@ def test_the_trl_hook_says_what_is_missing_in_one_sentence():
         check_trl(bare, "9.0.0")
     message = str(info.value)
     assert message.startswith("The installed TRL 9.0.0 has no GRPOTrainer._generate_and_score_completions, which ")
-    assert message.endswith(f"pip install 'trl{TRL_RANGE}'.") and "\n" not in message and FIX_WORDS.search(message)
-    assert message.count(". ") == 0  # one sentence
+    _one_sentence(message)
+
+
+def test_the_trl_hook_checks_signatures_and_modules_not_only_names():
+    import trl
+
+    class Renamed(trl.GRPOTrainer):  # a release whose hook took another argument
+        def _generate_and_score_completions(self, batch):  # type: ignore[override]
+            return super()._generate_and_score_completions(batch)
+
+    with pytest.raises(GRPOMagicError) as info:
+        check_trl({"GRPOTrainer": Renamed, "GRPOConfig": trl.GRPOConfig}, "9.0.0")
+    message = str(info.value)
+    assert message.startswith("The installed TRL 9.0.0's GRPOTrainer._generate_and_score_completions takes no "
+                              "'inputs' argument (it takes batch), and grpo_magic overrides")
+    _one_sentence(message)
+
+    class NoFactory(trl.GRPOTrainer):  # a release before environment_factory
+        def __init__(self, model, reward_funcs, args=None, train_dataset=None, processing_class=None,
+                     peft_config=None, callbacks=None):
+            raise AssertionError("never built")
+
+    with pytest.raises(GRPOMagicError, match="GRPOTrainer.__init__ takes no 'environment_factory' argument"):
+        check_trl({"GRPOTrainer": NoFactory, "GRPOConfig": trl.GRPOConfig}, "9.0.0")
+    with pytest.raises(GRPOMagicError) as info:
+        check_trl(None, None, modules=("trl.generation.no_such_client",))
+    assert str(info.value).startswith(f"The installed TRL {trl.__version__} has no module trl.generation.no_such_client")
+    _one_sentence(str(info.value))
 
 
 def test_version_flag_names_the_package_and_what_it_runs_on(capsys):

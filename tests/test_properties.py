@@ -119,17 +119,18 @@ class AsyncScriptedEnv(ScriptedEnv):
         return ScriptedEnv.score_episode(self, model, tokenizer, completion, idx)
 
 
-def _check(scores: list[Any], n: int, reward: EnvReward) -> None:
+def _check(record: Any, n: int) -> list[Any]:
+    scores = record.scores
     assert isinstance(scores, list) and len(scores) == n
     for s in scores:
         assert s is None or (type(s) is float and 0.0 <= s <= 1.0 and math.isfinite(s)), repr(s)
-    record = reward.last_batch
-    assert record is not None and len(record.outcomes) == n
+    assert len(record.outcomes) == n
     for score, outcome in zip(scores, record.outcomes, strict=True):
         assert (score is None) == (outcome.error is not None)
         if outcome.error is not None:
             assert isinstance(outcome.error["kind"], str) and isinstance(outcome.error["message"], str)
             assert outcome.error["message"]
+    return scores
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -146,23 +147,24 @@ def test_the_adapter_gives_trl_a_float_in_0_1_or_none_for_anything_an_env_does(s
                 reward(prompts=["p"] * n, completions=["c"] * n, idx=list(range(n)))
             return
         # In worker threads and our event loop they are episode errors: a lost result would hang the step.
-        scores = reward(prompts=["p"] * n, completions=["c"] * n, idx=list(range(n)))
+        record = reward.score(prompts=["p"] * n, completions=["c"] * n, idx=list(range(n)))
     finally:
         reward.close()
-    _check(scores, n, reward)
+    scores = _check(record, n)
     assert reward.totals["errors"] == sum(s is None for s in scores)
-    assert reward.totals["clipped"] == sum(o.clipped for o in reward.last_batch.outcomes)
+    assert reward.totals["clipped"] == sum(o.clipped for o in record.outcomes)
 
 
 @settings(max_examples=150, deadline=None)
 @given(script=st.lists(outcomes, min_size=1, max_size=8), limit=st.floats(min_value=0, max_value=1))
 def test_the_run_stops_exactly_when_the_error_rate_passes_the_limit(script, limit):
-    reward = EnvReward(ScriptedEnv(script), max_error_rate=limit)
+    records: list[Any] = []
+    reward = EnvReward(ScriptedEnv(script), max_error_rate=limit, on_batch=records.append)
     n = len(script)
     try:
         scores = reward(prompts=["p"] * n, completions=["c"] * n, idx=list(range(n)))
     except EnvErrorRateExceeded as exc:
-        errors = sum(o.error is not None for o in reward.last_batch.outcomes)
+        errors = sum(o.error is not None for o in records[-1].outcomes)
         assert errors / n > limit and f"{errors} of {n} episodes failed" in str(exc)
         return
     assert sum(s is None for s in scores) / n <= limit
@@ -186,7 +188,7 @@ def test_numbers_that_work_and_those_that_do_not():
     for odd in (BrokenRepr(), BrokenGetattr(), BrokenFloat()):
         assert normalize_score(odd).error is not None
     reward = EnvReward(ScriptedEnv([BrokenRepr(), BrokenGetattr(), Raise(BrokenStrError()), 0.5]))
-    _check(reward(prompts=["p"] * 4, completions=["c"] * 4, idx=[0, 1, 2, 3]), 4, reward)
+    _check(reward.score(prompts=["p"] * 4, completions=["c"] * 4, idx=[0, 1, 2, 3]), 4)
 
 
 # ---------------------------------------------------------------- parameters

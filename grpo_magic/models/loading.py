@@ -251,20 +251,15 @@ def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False) -> Any
 def load_model(
     name_or_path: str,
     *,
-    peft: bool = False,
-    lora_r: int = 16,
-    lora_alpha: int = 32,
     trust_remote_code: bool = False,
     tokenizer: Any = None,
 ) -> Any:
     """Load the causal LM, in bf16 where the hardware supports it and float32 otherwise.
 
-    Returns the plain model even when ``peft`` is set: TRL applies LoRA itself from the config
-    made by ``lora_config`` (the ``peft``/``lora_*`` arguments are accepted for symmetry with the
-    parameters and not used here). When ``tokenizer`` has more tokens than the model's embeddings
-    (a pad token was added), the embeddings are resized.
+    Always the plain model: TRL applies LoRA itself from the config made by ``lora_config``. When
+    ``tokenizer`` has more tokens than the model's embeddings (a pad token was added), the embeddings
+    are resized.
     """
-    del peft, lora_r, lora_alpha
     import torch
     from transformers import AutoModelForCausalLM
 

@@ -1,0 +1,278 @@
+"""TRL in one room: every touch of TRL beyond its public API (docs/architecture.md, "TRL").
+
+grpo_magic configures TRL through its public API (``GRPOConfig``, ``GRPOTrainer(reward_funcs=...,
+callbacks=..., environment_factory=...)``, ``TrainerCallback``). What it needs beyond that lives
+here and nowhere else, so that a TRL release that moves one thing breaks one module, and
+``check_trl`` can say which thing in one sentence before a model loads:
+
+- the private method ``GRPOTrainer._generate_and_score_completions``, overridden (``trainer_class``)
+  to read the advantages each batch trains on, and called for the agent pre-flight check
+  (``generate_and_score``); the keys read from what it returns (``BATCH_KEYS``);
+- ``Trainer._save_checkpoint``, called when Ctrl-C abandons a step (``save_checkpoint``);
+- the keyword arguments TRL passes reward functions (``REWARD_KWARGS``, one list for ``reward`` and
+  ``adapters``), and how TRL words a tool call it answered itself (``TOOL_ERROR_PREFIX``);
+- the name of TRL's GRPO logger, whose warnings quote whole rows (``LIBRARY_LOGGERS``);
+- where TRL keeps its vLLM engine (``vllm_engine``), that engine's context length
+  (``vllm_max_model_len``) and TRL's server client (``vllm_client``).
+
+This module imports nothing of grpo_magic but ``errors``: every other module may use it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import GRPOMagicError
+
+#: The TRL releases grpo_magic is tested with: pyproject.toml's range (a test keeps them equal), CI's
+#: main leg on the newest, its "oldest" leg on the oldest (requirements-oldest.txt).
+TRL_RANGE = ">=1.14,<1.17"
+
+#: What we use of TRL that is not its documented API: (owner, attribute, parameters it must take, what we do).
+#: ``check_trl`` checks that each exists and takes these parameters (by name, after ``self``).
+TRL_INTERNALS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
+    (
+        "GRPOTrainer",
+        "_generate_and_score_completions",
+        ("inputs",),
+        "overrides to read the advantages each batch trains on, and calls for the agent pre-flight check",
+    ),
+    (
+        "GRPOTrainer",
+        "_save_checkpoint",
+        ("model", "trial"),
+        "calls (Trainer's own) to save a complete checkpoint when Ctrl-C abandons a step",
+    ),
+    (
+        "GRPOTrainer",
+        "__init__",
+        (
+            "model",
+            "reward_funcs",
+            "args",
+            "train_dataset",
+            "processing_class",
+            "peft_config",
+            "callbacks",
+            "environment_factory",
+        ),
+        "builds the trainer with",
+    ),
+)
+
+#: The keys grpo_magic reads from what ``_generate_and_score_completions`` returns.
+BATCH_KEYS = ("advantages", "completion_ids", "completion_mask")
+
+#: Keyword arguments TRL adds to every reward call besides ``prompts``, ``completions`` and the dataset
+#: columns (``GRPOTrainer._calculate_rewards``); ``environments`` only with an ``environment_factory``.
+REWARD_KWARGS = ("completion_ids", "trainer_state", "log_extra", "log_metric", "environments")
+#: Of those, the ones that are not one value per completion (TRL leaves them out of its per-row warnings).
+REWARD_CALL_KWARGS = ("trainer_state", "log_extra", "log_metric")
+
+#: How TRL's tool loop words a tool call it answered itself (an unknown tool, arguments it could not parse).
+TOOL_ERROR_PREFIX = "{'error':"
+
+#: TRL's loggers whose messages quote prompts or reward arguments (TRL warns with a whole row when every
+#: reward function returned None for it).
+LIBRARY_LOGGERS = ("trl.trainer.grpo_trainer",)
+
+#: TRL's modules grpo_magic imports beyond ``trl`` itself (checked to exist, not imported, by ``check_trl``).
+TRL_MODULES = ("trl.trainer.grpo_trainer", "trl.generation.vllm_client")
+
+
+def _parameters(func: Any) -> list[str]:
+    try:
+        return list(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
+def check_trl(
+    owners: dict[str, type] | None = None, version: str | None = None, modules: tuple[str, ...] = TRL_MODULES
+) -> None:
+    """Raise one clear sentence when the installed TRL lacks something grpo_magic overrides, calls or reads.
+
+    Checks that each of ``TRL_INTERNALS`` exists and takes its parameters (``inspect.signature``), and
+    that ``TRL_MODULES`` exist. ``owners``/``version``/``modules``: what to look at (default: the installed
+    TRL's), so that a test can show the sentence for a release that lacks one.
+    """
+    if owners is None:
+        import trl
+
+        owners, version = {"GRPOTrainer": trl.GRPOTrainer, "GRPOConfig": trl.GRPOConfig}, trl.__version__
+    fix = f"install a TRL release grpo_magic supports: pip install 'trl{TRL_RANGE}'."
+    for owner, name, wanted, why in TRL_INTERNALS:
+        member = getattr(owners[owner], name, None)
+        if member is None:
+            raise GRPOMagicError(f"The installed TRL {version} has no {owner}.{name}, which grpo_magic {why}; {fix}")
+        params = _parameters(member)
+        missing = [p for p in wanted if p not in params]
+        if missing:
+            raise GRPOMagicError(
+                f"The installed TRL {version}'s {owner}.{name} takes no {missing[0]!r} argument (it takes "
+                f"{', '.join(params[1:]) or 'nothing'}), and grpo_magic {why} it; {fix}"
+            )
+    for module in modules:
+        if _module_missing(module):
+            raise GRPOMagicError(f"The installed TRL {version} has no module {module}, which grpo_magic uses; {fix}")
+
+
+def _module_missing(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is None
+    except (ImportError, ValueError):
+        return True
+
+
+def check_batch(output: Any, version: str | None = None) -> None:
+    """One sentence when what ``_generate_and_score_completions`` returned lacks a key grpo_magic reads."""
+    missing = [k for k in BATCH_KEYS if not (isinstance(output, dict) and k in output)]
+    if missing:
+        if version is None:
+            import trl
+
+            version = trl.__version__
+        have = ", ".join(sorted(output)) if isinstance(output, dict) else type(output).__name__
+        raise GRPOMagicError(
+            f"The installed TRL {version}'s GRPOTrainer._generate_and_score_completions returned no {missing[0]!r} "
+            f"(it returned {have}), which grpo_magic reads each batch; install a TRL release grpo_magic supports: "
+            f"pip install 'trl{TRL_RANGE}'."
+        )
+
+
+# ---------------------------------------------------------------- the private method
+
+
+@dataclass
+class ScoredBatch:
+    """What grpo_magic reads of one scored generation batch, in this process's completion order."""
+
+    advantages: list[float]  # the very values the loss uses
+    completion_ids: list[list[int]]  # each completion's tokens, up to its mask's length
+
+
+def scored_batch(output: dict[str, Any]) -> ScoredBatch:
+    """The advantages and completion tokens of a batch TRL scored (``BATCH_KEYS``)."""
+    check_batch(output)
+    advantages = output["advantages"].detach().float().reshape(-1)
+    lengths = output["completion_mask"].sum(dim=1).tolist()
+    ids = output["completion_ids"].tolist()
+    return ScoredBatch(
+        advantages=advantages.cpu().tolist(),
+        completion_ids=[row[: int(n)] for row, n in zip(ids, lengths, strict=True)],
+    )
+
+
+class BatchObserver:
+    """What the trainer subclass calls around each training batch (``trainer.StepObserver`` implements it)."""
+
+    def before_batch(self, step: int) -> None:  # pragma: no cover - an interface
+        """Before TRL generates the batch of ``step`` (and resets an agent env's episodes)."""
+
+    def scored(self, trainer: Any, batch: ScoredBatch) -> None:  # pragma: no cover - an interface
+        """After TRL scored the batch and computed its advantages."""
+
+
+_TRAINER_CLASS: type | None = None
+
+
+def trainer_class() -> type:
+    """The GRPOTrainer subclass whose batches an observer sees, built on first use (importing stays light)."""
+    global _TRAINER_CLASS
+    if _TRAINER_CLASS is not None:
+        return _TRAINER_CLASS
+    from trl import GRPOTrainer
+
+    check_trl()
+
+    class ObservedGRPOTrainer(GRPOTrainer):
+        """GRPOTrainer that reports each scored training batch with the advantages it trains on."""
+
+        grpo_magic_observer: BatchObserver | None = None
+
+        def _generate_and_score_completions(self, inputs):  # noqa: D401 - TRL's hook point
+            observer = self.grpo_magic_observer if self.model.training else None
+            if observer is not None:  # a hot swap, before TRL resets the episodes
+                observer.before_batch(self.state.global_step + 1)
+            output = super()._generate_and_score_completions(inputs)
+            if observer is not None:
+                observer.scored(self, scored_batch(output))
+            return output
+
+    _TRAINER_CLASS = ObservedGRPOTrainer
+    return ObservedGRPOTrainer
+
+
+def generate_and_score(trainer: Any, inputs: list[dict[str, Any]]) -> ScoredBatch:
+    """One batch of TRL's rollouts (generation, tool loop, rewards, advantages) with no optimizer step."""
+    return scored_batch(trainer._generate_and_score_completions(inputs))
+
+
+def save_checkpoint(trainer: Any) -> None:
+    """Trainer's own complete checkpoint of the current step (weights, optimizer, scheduler, RNG, state)."""
+    trainer._save_checkpoint(trainer.model, trial=None)
+
+
+# ---------------------------------------------------------------- vLLM
+
+
+@dataclass
+class VLLMEngine:
+    """The vLLM engine TRL generates with, as the episode generator needs it."""
+
+    mode: str  # "colocate" or "server"
+    llm: Any = None  # colocate: TRL's in-process vllm.LLM
+    client: Any = None  # server: TRL's VLLMClient (main process only)
+    base_url: str | None = None
+    tensor_parallel_size: int = 1
+    sleep_mode: bool = False
+
+
+def vllm_engine(trainer: Any) -> VLLMEngine | None:
+    """Which vLLM engine the trainer runs (None without vLLM); read from TRL's attributes.
+
+    TRL keeps the engine on ``trainer.vllm_generation`` (``llm`` in colocate mode, ``vllm_client``
+    in server mode; older releases kept them on the trainer itself).
+    """
+    args = trainer.args
+    if not getattr(args, "use_vllm", False):
+        return None
+    engine = getattr(trainer, "vllm_generation", None)
+    if getattr(args, "vllm_mode", "colocate") == "server":
+        client = getattr(engine, "vllm_client", None) or getattr(trainer, "vllm_client", None)
+        base_url = getattr(args, "vllm_server_base_url", None) or (
+            f"http://{getattr(args, 'vllm_server_host', '0.0.0.0')}:{getattr(args, 'vllm_server_port', 8000)}"
+        )
+        return VLLMEngine(mode="server", client=client, base_url=base_url)
+    return VLLMEngine(
+        mode="colocate",
+        llm=getattr(engine, "llm", None) or getattr(trainer, "llm", None),
+        tensor_parallel_size=int(
+            getattr(engine, "tensor_parallel_size", getattr(args, "vllm_tensor_parallel_size", 1)) or 1
+        ),
+        sleep_mode=bool(getattr(engine, "enable_sleep_mode", getattr(args, "vllm_enable_sleep_mode", False))),
+    )
+
+
+def vllm_max_model_len(llm: Any) -> int | None:
+    """The context length of TRL's colocated ``vllm.LLM`` (None when it cannot be read)."""
+    try:
+        return int(llm.llm_engine.model_config.max_model_len)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def vllm_client(base_url: str | None) -> Any:
+    """A client of TRL's vLLM server of our own (only the main process holds the trainer's)."""
+    from trl.generation.vllm_client import VLLMClient
+
+    return VLLMClient(base_url=base_url, connection_timeout=60.0)
+
+
+def reward_call_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split a reward call's keyword arguments into TRL's own (``REWARD_KWARGS``) and the dataset columns."""
+    ours = {k: v for k, v in kwargs.items() if k in REWARD_KWARGS}
+    return ours, {k: v for k, v in kwargs.items() if k not in REWARD_KWARGS}
