@@ -187,6 +187,6 @@ class VLLMServerGenerator(EpisodeGenerator):
 
     def _complete(self, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
         sampling = {k: v for k, v in self.sampling.items() if v is not None}
-        output = self._client().generate(prompts=[prompt_ids], n=1, max_tokens=max_new_tokens, logprobs=None,
-                                         **sampling)
-        return list(output["completion_ids"][0])
+        from .trl_compat import vllm_server_generate
+
+        return vllm_server_generate(self._client(), prompt_ids, max_new_tokens, **sampling)

@@ -56,7 +56,7 @@ def prepare(
 
 def check_tool_template(tokenizer: Any, model: str, env_name: str) -> None:
     """An agent env needs a chat template that renders tool calls and results (TRL checks it too, later)."""
-    from trl.chat_template_utils import supports_tool_calling
+    from trl import supports_tool_calling
 
     if not supports_tool_calling(tokenizer):
         raise GRPOMagicError(

@@ -13,7 +13,9 @@ here and nowhere else, so that a TRL release that moves one thing breaks one mod
   ``adapters``), and how TRL words a tool call it answered itself (``TOOL_ERROR_PREFIX``);
 - the name of TRL's GRPO logger, whose warnings quote whole rows (``LIBRARY_LOGGERS``);
 - where TRL keeps its vLLM engine (``vllm_engine``), that engine's context length
-  (``vllm_max_model_len``) and TRL's server client (``vllm_client``).
+  (``vllm_max_model_len``) and TRL's server client (``vllm_client``, ``vllm_server_generate``);
+- TRL's copy of Qwen2.5's chat template, a module attribute TRL does not export
+  (``qwen2_5_chat_template``).
 
 This module imports nothing of grpo_magic but ``errors``: every other module may use it.
 """
@@ -79,8 +81,12 @@ TOOL_ERROR_PREFIX = "{'error':"
 #: reward function returned None for it).
 LIBRARY_LOGGERS = ("trl.trainer.grpo_trainer",)
 
+#: Attributes of TRL's objects grpo_magic reads (``vllm_engine``: the trainer's vLLM engine and client;
+#: ``vllm_max_model_len``: vLLM's engine config; ``vllm_server_generate``: what TRL's client returns).
+TRL_ATTRIBUTES = ("vllm_generation", "vllm_client", "llm_engine", "enable_sleep_mode")
+
 #: TRL's modules grpo_magic imports beyond ``trl`` itself (checked to exist, not imported, by ``check_trl``).
-TRL_MODULES = ("trl.trainer.grpo_trainer", "trl.generation.vllm_client")
+TRL_MODULES = ("trl.trainer.grpo_trainer", "trl.generation.vllm_client", "trl.chat_template_utils")
 
 
 def _parameters(func: Any) -> list[str]:
@@ -270,6 +276,20 @@ def vllm_client(base_url: str | None) -> Any:
     from trl.generation.vllm_client import VLLMClient
 
     return VLLMClient(base_url=base_url, connection_timeout=60.0)
+
+
+def vllm_server_generate(client: Any, prompt_ids: list[int], max_tokens: int, **sampling: Any) -> list[int]:
+    """One completion's tokens from TRL's vLLM server (``VLLMClient.generate``'s ``completion_ids``)."""
+    output = client.generate(prompts=[prompt_ids], n=1, max_tokens=max_tokens, logprobs=None, **sampling)
+    return list(output["completion_ids"][0])
+
+
+def qwen2_5_chat_template() -> str:
+    """TRL's own copy of Qwen2.5's chat template (``trl.chat_template_utils``), which TRL recognises as
+    one it can parse tool calls of: the offline ``tiny`` models use it."""
+    from trl.chat_template_utils import qwen2_5_chat_template as template
+
+    return template
 
 
 def reward_call_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

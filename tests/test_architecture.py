@@ -148,3 +148,54 @@ def test_readme_how_it_works_is_the_flow_of_the_architecture() -> None:
 
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert block(readme, "## How it works") == block(DOC.read_text(encoding="utf-8"), "## The flow")
+
+
+def _trl_touches(tree: ast.AST) -> list[str]:
+    """What a module does with TRL beyond its public API: imports of TRL's modules (``trl.x``) or of names
+    ``trl`` does not export, attributes and strings naming a private TRL member, the reward keyword list."""
+    import trl
+
+    from grpo_magic import trl_compat
+
+    private = {name for _, name, _, _ in trl_compat.TRL_INTERNALS if name.startswith("_") and not name.endswith("__")}
+    attributes = private | set(trl_compat.TRL_ATTRIBUTES)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module and node.module.split(".")[0] == "trl":
+            if node.module != "trl":
+                found.append(f"imports from {node.module}")
+            found += [f"imports trl.{a.name}, which trl does not export" for a in node.names if a.name not in trl.__all__]
+        elif isinstance(node, ast.Import):
+            found += [f"imports {a.name}" for a in node.names if a.name.startswith("trl.")]
+        elif isinstance(node, ast.Attribute) and node.attr in attributes:
+            found.append(f"reads .{node.attr}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in attributes:
+            found.append(f"names {node.value!r}")
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            names = {e.value for e in node.elts if isinstance(e, ast.Constant)} & set(trl_compat.REWARD_KWARGS)
+            if len(names) > 1:
+                found.append(f"lists TRL's reward keyword arguments {sorted(names)} (use trl_compat.REWARD_KWARGS)")
+        elif (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
+              and node.slice.value in trl_compat.BATCH_KEYS and node.slice.value != "completion_ids"):
+            found.append(f"reads TRL's batch key {node.slice.value!r}")
+    return found
+
+
+def test_trl_internals_are_touched_in_trl_compat_only() -> None:
+    """docs/architecture.md, "TRL": one module touches TRL beyond its public API; every other module uses it."""
+    modules = _modules()
+    wrong = [f"{name} {touch}" for name, path in modules.items() if name != "trl_compat"
+             for touch in _trl_touches(ast.parse(path.read_text(encoding="utf-8")))]
+    assert not wrong, wrong
+    assert _trl_touches(ast.parse(modules["trl_compat"].read_text(encoding="utf-8")))  # the test sees touches
+
+
+def test_the_architecture_lists_every_trl_touch() -> None:
+    from grpo_magic import trl_compat
+
+    section = DOC.read_text(encoding="utf-8").split("\n## TRL\n", 1)[1].split("\n## ", 1)[0]
+    named = [*(f"{owner}.{name}" for owner, name, _, _ in trl_compat.TRL_INTERNALS), *trl_compat.BATCH_KEYS,
+             *trl_compat.REWARD_KWARGS, *trl_compat.LIBRARY_LOGGERS, *trl_compat.TRL_MODULES,
+             *trl_compat.TRL_ATTRIBUTES]
+    missing = [n for n in named if f"`{n}`" not in section and f"{n}`" not in section]
+    assert not missing, f"docs/architecture.md's TRL section does not name {missing}"

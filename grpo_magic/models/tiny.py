@@ -114,7 +114,8 @@ def _build_tiny_tokenizer() -> Any:
     """
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import Qwen2Tokenizer
-    from trl.chat_template_utils import qwen2_5_chat_template
+
+    from ..trl_compat import qwen2_5_chat_template
 
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
@@ -147,7 +148,7 @@ def _build_tiny_tokenizer() -> Any:
     )
     # Not special, like Qwen2.5: tool-call tags must survive `skip_special_tokens=True` decoding.
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in _TOOL_TOKENS])
-    tokenizer.chat_template = qwen2_5_chat_template
+    tokenizer.chat_template = qwen2_5_chat_template()
     return tokenizer
 
 
