@@ -278,14 +278,15 @@ def _nanstd(values: list[float]) -> float:
 
 
 def trl_advantages(groups: list[list[float | None]], settings: dict[str, Any]) -> list[list[float]]:
-    """The advantages TRL 1.16 computes for one generation batch with one reward function.
+    """The advantages TRL computes for one generation batch with one reward function.
 
     The same arithmetic as ``GRPOTrainer._generate_and_score_completions``: a failed episode
     (``None``, TRL's NaN) is left out of its group's mean and std and gets advantage 0; the std is
     ``nanstd`` of the group (``scale_rewards`` "group"/"none") or of the whole batch ("batch"),
     plus 1e-4; "none" does not divide; ``normalize_then_sum`` normalizes per group, then over the batch.
     Written out here because TRL computes it inline in that method, with no function to call on
-    new rewards; a test holds it to the advantages TRL itself logged for the same scores.
+    new rewards; tests/test_trl_compat.py holds it to the advantages TRL itself trained on in real
+    steps, for every ``scale_rewards`` x ``multi_objective_aggregation`` of the installed TRL.
     """
     w = settings.get("reward_weight", 1.0)
     scale = settings.get("scale_rewards", "group")

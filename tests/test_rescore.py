@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import shutil
 import statistics
 import threading
@@ -45,15 +44,6 @@ def edited(completion: str, letter: str = "a") -> float:
     return 1.0 if n >= 2 else 0.25 * n
 
 
-def hand_advantages(scores: list[float | None]) -> list[float]:
-    """TRL's group advantage written out: (r - mean) / (sample std + 1e-4); no signal without two scores."""
-    valid = [s for s in scores if s is not None]
-    if len(valid) < 2:
-        return [0.0] * len(scores)
-    mean, std = statistics.mean(valid), statistics.stdev(valid)
-    return [0.0 if s is None else (s - mean) / (std + 1e-4) for s in scores]
-
-
 @pytest.fixture(scope="module")
 def letters_run(tmp_path_factory):
     run = train(GRPOParams(**FAST, max_steps=3, project_name=str(tmp_path_factory.mktemp("rescore") / "run")),
@@ -77,9 +67,9 @@ def test_rescore_of_a_finished_run_gives_the_edited_values_the_logged_ones_and_t
         assert g.new_scores == [edited(c) for c in g.completions]  # exactly the edited function's values
         assert g.old_scores == old.scores and g.old_advantages == old.advantages
         assert g["new_scores"] == g.new_scores  # items read like run.groups' dicts too
-        assert g.new_advantages == pytest.approx(hand_advantages(g.new_scores), abs=1e-9)
-        # the same formula gives back the advantages TRL trained on (float32 there)
-        assert hand_advantages(g.old_scores) == pytest.approx(g.old_advantages, rel=1e-4, abs=1e-4)
+        assert g.new_advantages == trl_advantages([g.new_scores], report.settings)[0]  # one group a step here
+        # the same arithmetic gives back the advantages TRL trained on (float32 there); tests/test_trl_compat.py
+        # holds it to TRL's for every setting
         assert trl_advantages([g.old_scores], report.settings)[0] == pytest.approx(g.old_advantages, rel=1e-4, abs=1e-4)
         assert [c["count"] for c in g.new_components] == [c.lower().count("a") for c in g.completions]
         assert g.rank_changes == sum(a != b for a, b in zip(ranks(g.old_scores), ranks(g.new_scores), strict=True))
@@ -145,11 +135,10 @@ def test_rescore_uses_the_runs_scale_rewards(in_tmp, monkeypatch):
     assert report.settings["scale_rewards"] == "batch"
     for step in (1, 2):
         groups = [g for g in report.groups if g.step == step]
-        flat = [s for g in groups for s in g.new_scores]
-        std = statistics.stdev(flat)
-        for g in groups:
-            mean = statistics.mean(g.new_scores)
-            assert g.new_advantages == pytest.approx([(s - mean) / (std + 1e-4) for s in g.new_scores], abs=1e-9)
+        new = trl_advantages([g.new_scores for g in groups], report.settings)
+        assert [g.new_advantages for g in groups] == new  # the step's groups together: one batch std
+        by_group = trl_advantages([g.new_scores for g in groups], {**report.settings, "scale_rewards": "group"})
+        assert by_group != new  # the setting matters for these scores
         old = trl_advantages([g.old_scores for g in groups], report.settings)
         assert [a for o in old for a in o] == pytest.approx([a for g in groups for a in g.old_advantages], abs=1e-4)
 
@@ -224,22 +213,3 @@ def test_episodes_run_concurrently_in_threads_and_async_and_failures_are_errors(
     assert {s for g in report.groups for s in g.new_scores} == {0.5}
     assert all(a == 0.0 for g in report.groups for a in g.new_advantages)  # equal scores: no signal
     assert report.summary["zero_variance_new"] == 1.0
-
-
-def test_trl_advantages_by_hand_on_the_edge_cases():
-    group = {"scale_rewards": "group", "multi_objective_aggregation": "sum_then_normalize", "reward_weight": 1.0}
-    # a failed episode is left out of the mean and std and gets 0; one valid score alone: no signal
-    assert trl_advantages([[1.0, None, 0.0, 0.5]], group)[0] == pytest.approx(
-        [0.5 / 0.5001, 0.0, -0.5 / 0.5001, 0.0])
-    assert trl_advantages([[None, 0.7, None, None]], group)[0] == [0.0] * 4
-    assert trl_advantages([[0.3, 0.3]], {**group, "scale_rewards": "none"})[0] == [0.0, 0.0]
-    assert trl_advantages([[1.0, 0.0]], {**group, "scale_rewards": "none"})[0] == [0.5, -0.5]
-    both = trl_advantages([[1.0, 0.0], [0.5, 0.5]], {**group, "scale_rewards": "batch"})
-    std = statistics.stdev([1.0, 0.0, 0.5, 0.5])
-    assert both[0] == pytest.approx([0.5 / (std + 1e-4), -0.5 / (std + 1e-4)]) and both[1] == [0.0, 0.0]
-    # normalize_then_sum: per group first, then over the batch
-    nts = trl_advantages([[1.0, 0.0], [0.5, 0.5]], {**group, "multi_objective_aggregation": "normalize_then_sum"})
-    k = 0.5 / (math.sqrt(0.5) + 1e-4)
-    flat = [k, -k, 0.0, 0.0]
-    s = statistics.stdev(flat)
-    assert [a for g in nts for a in g] == pytest.approx([(x - 0.0) / (s + 1e-4) for x in flat])

@@ -12,7 +12,6 @@ import json
 import os
 import shlex
 import socket
-import statistics
 import subprocess
 import sys
 import textwrap
@@ -34,6 +33,7 @@ from grpo_magic.generation import (
     VLLMServerGenerator,
 )
 from grpo_magic.launch import Command, LaunchOptions, LaunchPlan, execute, plan_launch
+from grpo_magic.rescoring import trl_advantages
 from grpo_magic.trainer import generator_for_trainer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,9 +68,8 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _trl_advantages(scores: list[float]) -> list[float]:
-    mean = statistics.fmean(scores)
-    return [(s - mean) / (statistics.stdev(scores) + 1e-4) for s in scores]
+#: TRL's default advantage settings (tests/test_trl_compat.py holds trl_advantages to TRL's own for each).
+GROUP = {"scale_rewards": "group", "multi_objective_aggregation": "sum_then_normalize", "reward_weight": 1.0}
 
 
 # ---------------------------------------------------------------- several processes for real
@@ -97,7 +96,7 @@ def test_two_torchrun_processes_train_one_run_with_every_rank_s_groups_once(tmp_
         scores = [s for g in groups for s in g.scores]
         assert all(s < 0.5 for s in scores[:6]) and all(s >= 0.5 for s in scores[6:])  # rank 0, then rank 1
         for g in groups:  # the advantages TRL computed over the whole group, split or not
-            assert g.advantages == pytest.approx(_trl_advantages(g.scores), abs=2e-3)
+            assert g.advantages == pytest.approx(trl_advantages([g.scores], GROUP)[0], abs=2e-3)
         logged = next(e for e in events if isinstance(e, StepLogged) and e.step == step)
         assert logged.episodes == 12
     out = tmp_path / "out"
