@@ -1,6 +1,7 @@
 """The package says truthfully what it needs and what it was tested with.
 
-``pyproject.toml`` names for trl and transformers only the releases CI installs (``requirements-ci.txt``);
+``pyproject.toml`` names for trl, transformers, ipython and ipykernel exactly the releases CI tests, from its
+oldest leg (``requirements-oldest.txt``) to its main one (``requirements-ci.txt``);
 every other pin CI installs is inside the range the package declares; the private TRL hook names
 what is missing in one sentence; ``grpo-magic --version`` says what runs; the README says what each
 extra installs; importing the adapters stays light.
@@ -8,6 +9,7 @@ extra installs; importing the adapters stays light.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -36,19 +38,48 @@ def _requirements(lines: list[str]) -> dict[str, Requirement]:
 
 
 DECLARED = _requirements(PROJECT["dependencies"])
-PINNED = {name: str(next(iter(r.specifier)).version)
-          for name, r in _requirements([line.split("#")[0].strip() for line in (ROOT / "requirements-ci.txt")
-                                        .read_text().splitlines() if line.split("#")[0].strip()]).items()}
+
+
+def _pins(path: Path) -> dict[str, str]:
+    lines = [line.split("#")[0].strip() for line in path.read_text().splitlines()]
+    return {name: str(next(iter(r.specifier)).version) for name, r in _requirements([x for x in lines if x]).items()}
+
+
+PINNED = _pins(ROOT / "requirements-ci.txt")
 PINNED["torch"] = re.search(r'"torch==([\d.]+)"', (ROOT / "scripts" / "install.sh").read_text()).group(1)
+#: CI's "oldest" leg: the oldest end of each declared range (.ci/run sets GRPO_MAGIC_PINS to this file there).
+OLDEST = _pins(ROOT / "requirements-oldest.txt")
+INSTALLED_PINS = {**PINNED, **_pins(ROOT / os.environ["GRPO_MAGIC_PINS"])} if os.environ.get("GRPO_MAGIC_PINS") else PINNED
+RANGED = ["trl", "transformers", "ipython", "ipykernel"]
 
 
-@pytest.mark.parametrize("name", ["trl", "transformers"])
-def test_trl_and_transformers_ranges_name_only_the_release_ci_tests(name):
-    spec, pinned = DECLARED[name].specifier, Version(PINNED[name])
-    assert pinned in spec
-    assert Version(f"{pinned.major}.{pinned.minor + 1}.0") not in spec  # nothing newer than CI tests
+def _declared(name: str) -> Requirement:
+    return DECLARED.get(name) or _requirements(PROJECT["optional-dependencies"]["notebook"])[name]
+
+
+@pytest.mark.parametrize("name", RANGED)
+def test_the_declared_range_is_exactly_the_tested_one_from_the_oldest_leg_to_the_newest(name):
+    spec, newest, oldest = _declared(name).specifier, Version(PINNED[name]), Version(OLDEST[name])
+    assert newest in spec and oldest in spec and oldest < newest
     lowest = min(Version(s.version) for s in spec if s.operator == ">=")
-    assert (lowest.major, lowest.minor) == (pinned.major, pinned.minor)  # nothing older than CI tests
+    assert (lowest.major, lowest.minor) == (oldest.major, oldest.minor)  # nothing older than the oldest leg tests
+    later = f"{newest.major}.{newest.minor + 1}.0" if name in ("trl", "transformers") else f"{newest.major + 1}.0"
+    assert Version(later) not in spec  # nothing newer than the main leg tests
+
+
+def test_the_readme_states_the_declared_ranges_and_both_ends():
+    readme = (ROOT / "README.md").read_text().split("### Installing the package elsewhere", 1)[1].split("\n### ", 1)[0]
+    raw = [*PROJECT["dependencies"], *PROJECT["optional-dependencies"]["notebook"]]
+    for name in RANGED:
+        (declared,) = [r for r in raw if Requirement(r).name == name]
+        assert f"`{declared}`" in readme, f"the README's install paragraph does not say {declared}"
+        assert PINNED[name] in readme and OLDEST[name] in readme, name
+
+
+def test_trl_s_range_spans_two_minor_releases_and_holds_what_the_vllm_extra_installs():
+    trl_new, trl_old = Version(PINNED["trl"]), Version(OLDEST["trl"])
+    assert (trl_new.major, trl_new.minor) != (trl_old.major, trl_old.minor)
+    assert Version(OLDEST["transformers"]) < Version("5.18")  # vLLM 0.31 (TRL's newest) needs transformers <5.18
 
 
 def test_every_pin_ci_installs_is_inside_the_declared_range():
@@ -62,13 +93,20 @@ def test_every_pin_ci_installs_is_inside_the_declared_range():
 
 
 def test_the_installed_releases_are_the_ones_ci_pins():
-    for name in ("trl", "transformers", "ipykernel"):
-        assert version(name) == PINNED[name]
+    for name in RANGED:
+        assert version(name) == INSTALLED_PINS[name], f"{name}: CI's pins are {os.environ.get('GRPO_MAGIC_PINS')}"
+
+
+def test_the_oldest_leg_pins_are_inside_the_declared_ranges():
+    for name, pinned in OLDEST.items():
+        req = DECLARED.get(name)
+        if req is not None:
+            assert Version(pinned) in req.specifier, (name, pinned, str(req.specifier))
 
 
 def test_live_widgets_declare_the_ipykernel_they_need():
     (req,) = [Requirement(r) for r in PROJECT["optional-dependencies"]["notebook"] if r.startswith("ipykernel")]
-    assert req.specifier == SpecifierSet(">=7.1") and Version("7.0.1") not in req.specifier
+    assert req.specifier == SpecifierSet(">=7.1,<8") and Version("7.0.1") not in req.specifier
 
 
 def _one_sentence(message: str) -> None:
