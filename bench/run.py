@@ -381,7 +381,7 @@ def worker_scoring(args: dict[str, Any]) -> dict[str, Any]:
     from grpo_magic.reward import EnvReward
 
     calls: list[float] = []
-    original = EnvReward.__call__
+    original = EnvReward.score  # what TRL's reward function of a run calls (trainer.StepRecords)
 
     def timed(self, *a, **k):
         t = time.perf_counter()
@@ -390,7 +390,7 @@ def worker_scoring(args: dict[str, Any]) -> dict[str, Any]:
         finally:
             calls.append(time.perf_counter() - t)
 
-    EnvReward.__call__ = timed  # type: ignore[method-assign]
+    EnvReward.score = timed  # type: ignore[method-assign]
     n, latency, steps = args["episodes"], args["latency_s"], args["steps"]
     modes = {
         "sequential": (LatencyEnv, 1),
@@ -917,7 +917,7 @@ def bench_scoring(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
             **out,
             "goal_efficiency": GOALS["scoring_efficiency"],
             "episodes_per_step": n, "latency_s": cfg["latency_s"], "steps": cfg["steps"],
-            "timed": "wall time of the reward call (EnvReward.__call__: every episode of the step plus our "
+            "timed": "wall time of the reward call (EnvReward.score: every episode of the step plus our "
                      "bookkeeping), median over steps after the first",
             "reward_call_ms": {m: round(1000 * v, 1) for m, v in med.items()},
             "first_step_reward_call_ms": {m: round(1000 * r["reward_call_s"][0], 1) for m, r in res.items()},
