@@ -59,9 +59,12 @@ def _trainer(tmp_path, env: Any, on_scored=None, **config: Any):
     reward = EnvReward(prepared.env, agent=prepared.agent, defer_failure=True)
     out = tmp_path / "-".join(str(v) for v in config.values()) if config else tmp_path / "run"
     trainer = build_trainer(
-        model=load_model(path, tokenizer=tokenizer), tokenizer=tokenizer, reward=reward,
+        model=load_model(path, tokenizer=tokenizer),
+        tokenizer=tokenizer,
+        reward=reward,
         config=params.to_grpo_config(str(out), report_to=[], save_strategy="no", logging_steps=1, **config),
-        dataset=prepared.dataset, on_scored=on_scored,
+        dataset=prepared.dataset,
+        on_scored=on_scored,
     )
     return trainer, prepared
 
@@ -85,14 +88,17 @@ def test_the_batch_trl_scores_has_the_keys_grpo_magic_reads(tmp_path):
     record, batch = rollouts(trainer, inputs)  # what grpo_magic reads of it
     assert len(batch.advantages) == len(batch.completion_ids) == len(record.outcomes) == 8
     assert all(isinstance(ids, list) and all(isinstance(t, int) for t in ids) for ids in batch.completion_ids)
-    assert record.completions == [trainer.processing_class.decode(ids, skip_special_tokens=True)
-                                  for ids in batch.completion_ids]
+    assert record.completions == [
+        trainer.processing_class.decode(ids, skip_special_tokens=True) for ids in batch.completion_ids
+    ]
     doctored = {k: v for k, v in output.items() if k != "completion_mask"}
     with pytest.raises(GRPOMagicError) as info:
         check_batch(doctored, "9.0.0")
     message = str(info.value)
-    assert message.startswith("The installed TRL 9.0.0's GRPOTrainer._generate_and_score_completions returned no "
-                              "'completion_mask' (it returned ")
+    assert message.startswith(
+        "The installed TRL 9.0.0's GRPOTrainer._generate_and_score_completions returned no "
+        "'completion_mask' (it returned "
+    )
     assert message.endswith(f"pip install 'trl{TRL_RANGE}'.") and "\n" not in message
 
 
@@ -110,7 +116,9 @@ def test_the_reward_keyword_arguments_are_the_ones_trl_passes(tmp_path):
     assert seen and seen[0] - columns == set(REWARD_KWARGS) - {"environments"}  # not an agent env
 
 
-COMBINATIONS = [(s, m) for s, m in itertools.product(_choices("scale_rewards"), _choices("multi_objective_aggregation"))]
+COMBINATIONS = [
+    (s, m) for s, m in itertools.product(_choices("scale_rewards"), _choices("multi_objective_aggregation"))
+]
 
 
 def test_the_combinations_are_the_installed_trl_s():
@@ -129,11 +137,17 @@ def test_rescoring_advantages_are_the_ones_trl_trained_on(tmp_path, scale_reward
     def on_scored(payload, num_generations):
         for record, advantages in payload:
             scores = record.scores
-            groups = [scores[i:i + num_generations] for i in range(0, len(scores), num_generations)]
+            groups = [scores[i : i + num_generations] for i in range(0, len(scores), num_generations)]
             batches.append((groups, advantages))
 
-    trainer, _ = _trainer(tmp_path, MixedEnv(), on_scored=on_scored, max_steps=2,
-                          scale_rewards=scale_rewards, multi_objective_aggregation=aggregation)
+    trainer, _ = _trainer(
+        tmp_path,
+        MixedEnv(),
+        on_scored=on_scored,
+        max_steps=2,
+        scale_rewards=scale_rewards,
+        multi_objective_aggregation=aggregation,
+    )
     trainer.train()
     assert len(batches) == 2
     settings = {"scale_rewards": scale_rewards, "multi_objective_aggregation": aggregation, "reward_weight": 1.0}
