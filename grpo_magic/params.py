@@ -370,8 +370,20 @@ class GRPOParams:
         )
         if self.vllm_server_url:
             kwargs["vllm_server_base_url"] = self.vllm_server_url
+        if self.eval_steps is not None:  # TRL's eval loop on the held-out prompts (docs/architecture.md, "Evaluation")
+            kwargs.update(self.eval_config_kwargs())
         kwargs.update(overrides)
         return kwargs
+
+    def eval_config_kwargs(self) -> dict[str, Any]:
+        """TRL's eval loop for ``--eval-steps``: at the start, every ``eval_steps`` (and at the end, by our callback).
+
+        ``eval_samples`` completions a prompt (``num_generations_eval``), as many prompts a batch as a
+        training step has.
+        """
+        prompts = max(1, self.batch_size // self.rl_num_generations)
+        return dict(eval_strategy="steps", eval_steps=self.eval_steps, eval_on_start=True,
+                    num_generations_eval=self.eval_samples, per_device_eval_batch_size=self.eval_samples * prompts)
 
 
 @functools.cache

@@ -27,6 +27,8 @@ from .reward import BatchRecord, EnvErrorRateExceeded, EnvReward, error_rate_fai
 
 #: (record, advantages) of each process, in process order.
 ScoredHook = Callable[[list[tuple[BatchRecord, list[float]]], int], None]
+#: (step, TRL's eval metrics, the eval batches' records of every process, seconds TRL's eval loop took).
+EvalHook = Callable[[int, dict[str, Any], list[BatchRecord], float], None]
 
 _log = logging.getLogger(__name__)
 
@@ -77,12 +79,20 @@ def trainer_class() -> type:
 
         grpo_magic_reward: EnvReward | None = None
         grpo_magic_on_scored: ScoredHook | None = None
+        grpo_magic_on_eval: EvalHook | None = None
+        grpo_magic_eval_records: list[BatchRecord] | None = None
 
         def _generate_and_score_completions(self, inputs):  # noqa: D401 - TRL's hook point
             if self.grpo_magic_reward is not None and self.model.training:  # a hot swap, before TRL resets episodes
                 self.grpo_magic_reward.apply_swap(self.state.global_step + 1)
             output = super()._generate_and_score_completions(inputs)
             reward, hook = self.grpo_magic_reward, self.grpo_magic_on_scored
+            if reward is not None and not self.model.training and self.grpo_magic_eval_records is not None:
+                # TRL's eval loop: the held-out prompts' sampled episodes, scored by our reward adapter.
+                record, reward.last_batch = reward.last_batch, None
+                if record is not None:
+                    self.grpo_magic_eval_records.append(record)
+                return output
             if reward is None or hook is None or not self.model.training:
                 return output
             record, reward.last_batch = reward.last_batch, None
@@ -103,6 +113,20 @@ def trainer_class() -> type:
                 raise EnvErrorRateExceeded(failure)
             return output
 
+        def evaluate(self, *args, **kwargs):  # Trainer's public entry point of its eval loop
+            """TRL's evaluation (``eval_reward``...), then grpo_magic's additions through ``grpo_magic_on_eval``."""
+            started = time.monotonic()
+            self.grpo_magic_eval_records = []
+            try:
+                metrics = super().evaluate(*args, **kwargs)
+            finally:
+                records, self.grpo_magic_eval_records = self.grpo_magic_eval_records, None
+            if self.accelerator.num_processes > 1:
+                records = [r for part in gather_object([records]) for r in part]
+            if self.grpo_magic_on_eval is not None and self.accelerator.is_main_process:
+                self.grpo_magic_on_eval(self.state.global_step, dict(metrics), records, time.monotonic() - started)
+            return metrics
+
     _TRAINER_CLASS = ObservedGRPOTrainer
     return ObservedGRPOTrainer
 
@@ -118,6 +142,8 @@ def build_trainer(
     peft_config: Any = None,
     callbacks: list[Any] | None = None,
     on_scored: ScoredHook | None = None,
+    eval_dataset: Any = None,
+    on_eval: EvalHook | None = None,
 ) -> Any:
     """The observed GRPOTrainer of a run, with the reward adapter bound to the policy TRL trains.
 
@@ -136,6 +162,7 @@ def build_trainer(
             reward_funcs=[reward],
             args=config,
             train_dataset=dataset,
+            eval_dataset=eval_dataset,
             processing_class=tokenizer,
             peft_config=peft_config,
             callbacks=list(callbacks or []),
@@ -145,6 +172,7 @@ def build_trainer(
     trainer.grpo_magic_reward = reward
     reward.agent = agent
     trainer.grpo_magic_on_scored = on_scored
+    trainer.grpo_magic_on_eval = on_eval
     reward.defer_failure = True  # raised by the trainer hook once the step's episodes are events (see above)
     policy = trainer.accelerator.unwrap_model(trainer.model)
     reward.bind(policy, tokenizer, generator=generator_for_trainer(trainer, policy, tokenizer))
@@ -186,8 +214,11 @@ def events_callback(
             on_train_begin(state.max_steps)
 
         def on_log(self, args, state, control, logs=None, **kwargs):
-            # The end-of-training summary (train_runtime...) is not a step.
+            # The end-of-training summary (train_runtime...) is not a step, nor are TRL's eval logs (eval_*:
+            # they reach the run through the trainer's evaluate, as an EvalScored event).
             if not state.is_world_process_zero or not logs or "train_runtime" in logs:
+                return
+            if any(key.startswith("eval_") for key in logs):
                 return
             on_log(state.global_step, dict(logs), state.max_steps, state.epoch, time.monotonic() - self.started)
 
@@ -196,6 +227,8 @@ def events_callback(
 
         def on_step_end(self, args, state, control, **kwargs):
             self.updating = False
+            if getattr(args, "eval_strategy", "no") != "no" and state.max_steps and state.global_step >= state.max_steps:
+                control.should_evaluate = True  # and at the end, whatever eval_steps says (docs: "Evaluation")
             reason = should_stop()
             if args.world_size > 1:  # every process stops at the same step, or the others wait forever
                 from accelerate.utils import gather_object
