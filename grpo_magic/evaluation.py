@@ -11,6 +11,9 @@ Given a run folder it loads what the run SAVED (the full weights, or base model 
 the object in memory, so that a broken save shows. Agent envs run whole episodes through TRL's tool
 loop, as ``%grpo_check`` does (``check_agent.run_agent_episodes``). During a run, ``--eval-steps``
 uses ``evaluate_rows`` and ``summarize`` on the policy being trained (``run``).
+
+The module is ``evaluation``, not ``evaluate``: importing a submodule sets the package attribute of its
+name, which would replace the function ``grpo_magic.evaluate``.
 """
 
 from __future__ import annotations
