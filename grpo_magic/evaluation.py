@@ -20,222 +20,67 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .env import ENV_PROMPT_COLUMN, PreparedEnv, prepare_env, prompt_text, resolve_env
+from .env import PreparedEnv, prepare_env, resolve_env
 from .errors import GRPOMagicError
 from .events import RUN_LOG_NAME
+from .heldout import (
+    BOOTSTRAP_RESAMPLES,
+    MAX_ROWS_SHOWN,
+    PASS_THRESHOLD,
+    bootstrap_interval,
+    compare,
+    evaluate_rows,
+    pass_at_k,
+    pass_ks,
+    summarize,
+)
 from .params import GRPOParams
 from .redaction import redact
 from .reward import EnvReward
 from .scores import EpisodeOutcome
 
-#: A greedy episode "passes" when it scores at least this (the full score, by default).
-PASS_THRESHOLD = 1.0
-BOOTSTRAP_RESAMPLES = 1000
-#: Rows shown in the notebook table and kept in an ``EvalScored`` event.
-MAX_ROWS_SHOWN = 50
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_model.bin")
 
+__all__ = [
+    "BOOTSTRAP_RESAMPLES",
+    "PASS_THRESHOLD",
+    "EvalReport",
+    "bootstrap_interval",
+    "compare",
+    "evaluate",
+    "evaluate_rows",
+    "pass_at_k",
+    "pass_ks",
+    "summarize",
+]
 
-# ---------------------------------------------------------------- the numbers
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """The unbiased estimator of pass@k from ``n`` samples of which ``c`` passed: 1 - C(n-c, k) / C(n, k).
-
-    (Chen et al. 2021, "Evaluating Large Language Models Trained on Code".) Exact integer binomials,
-    so the hand-checkable cases are exact.
-    """
-    if not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n; got n={n}, c={c}, k={k}")
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-def bootstrap_interval(values: list[float], seed: int, resamples: int = BOOTSTRAP_RESAMPLES,
-                       level: float = 0.95) -> list[float] | None:
-    """A percentile bootstrap interval of the mean over prompts, seeded (the same seed, the same interval).
-
-    Written with numpy's seeded generator rather than scipy.stats.bootstrap: scipy is no dependency of
-    grpo_magic, and resampling prompts with replacement is a few lines.
-    """
-    import numpy as np
-
-    data = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
-    if data.size == 0:
-        return None
-    rng = np.random.default_rng(seed)
-    means = data[rng.integers(0, data.size, size=(resamples, data.size))].mean(axis=1)
-    tail = (1 - level) / 2 * 100
-    low, high = np.percentile(means, [tail, 100 - tail])
-    return [round(float(low), 6), round(float(high), 6)]
+# ---------------------------------------------------------------- models and run folders
 
 
-def _mean(values: list[float | None]) -> float | None:
-    valid = [v for v in values if v is not None]
-    return sum(valid) / len(valid) if valid else None
-
-
-def _passes(score: float | None, threshold: float) -> bool:
-    return score is not None and score >= threshold - 1e-9
-
-
-def pass_ks(samples: int) -> list[int]:
-    """The k of pass@k reported for ``samples`` sampled episodes a prompt: 1 and ``samples``."""
-    return sorted({1, samples}) if samples >= 1 else []
-
-
-def summarize(rows: list[dict[str, Any]], *, samples: int, seed: int, threshold: float = PASS_THRESHOLD,
-              baseline_rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The report's summary of per-prompt rows (``greedy_score``, ``sampled_scores``, ``components``)."""
-    greedy = [r.get("greedy_score") for r in rows]
-    sampled = [_mean(r.get("sampled_scores") or []) for r in rows]
-    summary: dict[str, Any] = {
-        "prompts": len(rows),
-        "samples": samples,
-        "threshold": threshold,
-        "seed": seed,
-        "greedy_mean": _mean(greedy),
-        "greedy_ci": bootstrap_interval([g for g in greedy if g is not None], seed),
-        "greedy_pass": _mean([float(_passes(g, threshold)) for g in greedy if g is not None]),
-        "sampled_mean": _mean(sampled) if samples else None,
-        "sampled_ci": bootstrap_interval([s for s in sampled if s is not None], seed) if samples else None,
-        "pass_at_k": {},
-        "pass_at_k_ci": {},
-        "errors": sum(int(r.get("greedy_error") is not None) + int(r.get("sampled_errors") or 0) for r in rows),
-    }
-    for k in pass_ks(samples):
-        per_prompt = []
-        for r in rows:
-            scores = [s for s in r.get("sampled_scores") or [] if s is not None]
-            if len(scores) >= k:  # an episode error is no sample: pass@k of the scored ones
-                per_prompt.append(pass_at_k(len(scores), sum(_passes(s, threshold) for s in scores), k))
-        summary["pass_at_k"][f"pass@{k}"] = _mean(per_prompt)
-        summary["pass_at_k_ci"][f"pass@{k}"] = bootstrap_interval(per_prompt, seed)
-    parts: dict[str, list[float]] = {}
-    for r in rows:
-        for name, value in (r.get("components") or {}).items():
-            parts.setdefault(name, []).append(value)
-    summary["components"] = {name: sum(v) / len(v) for name, v in parts.items()}
-    if baseline_rows is not None:
-        summary.update(compare(rows, baseline_rows, threshold))
-    return summary
-
-
-def compare(rows: list[dict[str, Any]], baseline_rows: list[dict[str, Any]], threshold: float) -> dict[str, Any]:
-    """Failing -> passing (``fixed``) and back (``broke``), per prompt's greedy episode; marks the rows that changed."""
-    base = {r["prompt"]: r for r in baseline_rows}
-    fixed = broke = both = 0
-    for r in rows:
-        b = base.get(r["prompt"])
-        if b is None:
-            continue
-        both += 1
-        now, before = _passes(r.get("greedy_score"), threshold), _passes(b.get("greedy_score"), threshold)
-        r["baseline_greedy"] = b.get("greedy")
-        r["baseline_score"] = b.get("greedy_score")
-        r["change"] = "fixed" if now and not before else "broke" if before and not now else ""
-        fixed += r["change"] == "fixed"
-        broke += r["change"] == "broke"
-    return {
-        "baseline_greedy_mean": _mean([b.get("greedy_score") for b in baseline_rows]),
-        "baseline_sampled_mean": _mean([_mean(b.get("sampled_scores") or []) for b in baseline_rows])
-        if any(b.get("sampled_scores") for b in baseline_rows) else None,
-        "fixed": fixed / both if both else None,
-        "broke": broke / both if both else None,
-        "changed": [r["prompt"] for r in rows if r.get("change")],
-    }
-
-
-# ---------------------------------------------------------------- episodes
-
-
-def _score(reward: EnvReward, rows: list[dict[str, Any]], texts: list[list[str]]) -> list[list[EpisodeOutcome]]:
-    """Score each row's completions as TRL calls the reward: one batch, columns repeated per completion."""
-    prompts, completions = [], []
-    columns: dict[str, list[Any]] = {k: [] for k in rows[0] if k != "prompt"}
-    for row, group in zip(rows, texts, strict=True):
-        for text in group:
-            prompts.append(row["prompt"])
-            completions.append([{"role": "assistant", "content": text}] if isinstance(row["prompt"], list) else text)
-            for key in columns:
-                columns[key].append(row[key])
-    if not completions:
-        return [[] for _ in rows]
-    reward(prompts=prompts, completions=completions, completion_ids=[[] for _ in completions], trainer_state=None,
-           log_extra=None, log_metric=None, **columns)
-    assert reward.last_batch is not None
-    outcomes = list(reward.last_batch.outcomes)
-    out, at = [], 0
-    for group in texts:
-        out.append(outcomes[at:at + len(group)])
-        at += len(group)
-    return out
-
-
-def _env_prompt(row: dict[str, Any]) -> str:
-    return prompt_text(row.get(ENV_PROMPT_COLUMN) or row["prompt"])
-
-
-def evaluate_rows(prepared: PreparedEnv, model: Any, tokenizer: Any, dataset: Any, *, params: GRPOParams,
-                  samples: int, greedy: bool = True, seed: int = 0, reward: EnvReward | None = None) -> list[dict[str, Any]]:
-    """One row per prompt of ``dataset``: the greedy episode (``greedy``) and ``samples`` sampled ones, scored.
-
-    Single-turn envs generate with HF generate in batches (``generation.generate_batch``); agent envs run
-    whole episodes through TRL's tool loop (``check_agent.run_agent_episodes``). Scores go through
-    ``reward`` (default: a new ``EnvReward`` of the env, with the run's workers and timeout).
-    """
-    from .generation import generate_batch
-
-    own = reward is None
-    if reward is None:
-        reward = EnvReward(prepared.env, workers=params.rl_env_workers, timeout=params.rl_episode_timeout)
-    reward.bind(model, tokenizer, generator=reward.generator)
-    data = [dict(r) for r in dataset]
-    try:
-        if prepared.agent is not None:
-            greedy_groups, sampled_groups = _agent_episodes(prepared, model, tokenizer, reward, data, params=params,
-                                                            samples=samples, greedy=greedy, seed=seed)
-        else:
-            prompts = [r["prompt"] for r in data]
-            settings = dict(max_new_tokens=params.rl_max_new_tokens, temperature=params.rl_temperature,
-                            top_k=params.rl_top_k, top_p=params.rl_top_p)
-            greedy_texts = generate_batch(model, tokenizer, prompts, greedy=True, **settings) if greedy else []
-            sampled_texts = (generate_batch(model, tokenizer, prompts, n=samples, seed=seed, **settings)
-                             if samples else [])
-            greedy_groups = list(zip(greedy_texts, _score(reward, data, greedy_texts), strict=True)) if greedy else []
-            sampled_groups = (list(zip(sampled_texts, _score(reward, data, sampled_texts), strict=True))
-                              if samples else [])
-    finally:
-        if own:
-            reward.close()
-    rows = []
-    for i, row in enumerate(data):
-        item: dict[str, Any] = {"prompt": _env_prompt(row)}
-        if greedy:
-            texts, outcomes = greedy_groups[i]
-            o = outcomes[0]
-            item.update(greedy=texts[0], greedy_score=o.score, greedy_error=o.error["message"] if o.error else None,
-                        components=dict(o.components))
-        if samples:
-            texts, outcomes = sampled_groups[i]
-            item.update(sampled=list(texts), sampled_scores=[o.score for o in outcomes],
-                        sampled_errors=sum(o.error is not None for o in outcomes))
-        rows.append(item)
-    return rows
-
-
-def _agent_episodes(prepared: PreparedEnv, model: Any, tokenizer: Any, reward: EnvReward, data: list[dict[str, Any]],
-                    *, params: GRPOParams, samples: int, greedy: bool, seed: int) -> tuple[list, list]:
+def agent_episodes(
+    prepared: PreparedEnv,
+    model: Any,
+    tokenizer: Any,
+    reward: EnvReward,
+    data: list[dict[str, Any]],
+    *,
+    params: GRPOParams,
+    samples: int,
+    greedy: bool,
+    seed: int,
+) -> tuple[list, list]:
     """Whole agent episodes through TRL's tool loop: greedy ones (``do_sample`` off) and sampled ones."""
     from .check_agent import run_agent_episodes
 
@@ -244,7 +89,7 @@ def _agent_episodes(prepared: PreparedEnv, model: Any, tokenizer: Any, reward: E
         group = max(2, n)
         p = params.replace(rl_num_generations=group, batch_size=group, seed=seed)
         out = run_agent_episodes(p, prepared, model, tokenizer, reward, data, config_overrides=overrides)
-        return [(out.texts[g][:n], out.outcomes[g * group:g * group + n]) for g in range(len(data))]
+        return [(out.texts[g][:n], out.outcomes[g * group : g * group + n]) for g in range(len(data))]
 
     greedy_groups = episodes(1, {"generation_kwargs": {"do_sample": False}}) if greedy else []
     sampled_groups = episodes(samples, {}) if samples else []
@@ -277,14 +122,18 @@ def resolve_evaluated(model_or_run_dir: Any, base_model: str | None = None) -> E
     from .resume import logged_params
 
     if model_or_run_dir is None or (isinstance(model_or_run_dir, str) and not model_or_run_dir.strip()):
-        raise GRPOMagicError("evaluate needs a model or a run folder; pass --model tiny-math, or a run's output folder.")
+        raise GRPOMagicError(
+            "evaluate needs a model or a run folder; pass --model tiny-math, or a run's output folder."
+        )
     if hasattr(model_or_run_dir, "output_dir") and hasattr(model_or_run_dir, "params"):  # a GRPORun: its folder
         model_or_run_dir = model_or_run_dir.output_dir
     name = str(model_or_run_dir)
     if not is_run_dir(name):
         if base_model is not None:
-            raise GRPOMagicError(f"--model {base_model} names the base model of a run folder's adapter, and {name} is "
-                                 "not a run folder; pass the run's output folder, or the model alone.")
+            raise GRPOMagicError(
+                f"--model {base_model} names the base model of a run folder's adapter, and {name} is "
+                "not a run folder; pass the run's output folder, or the model alone."
+            )
         return Evaluated(label=name, path=resolve_model(name), tokenizer_path=resolve_model(name))
     run_dir = Path(name).expanduser().resolve()
     params = logged_params(run_dir) or {}
@@ -296,18 +145,24 @@ def resolve_evaluated(model_or_run_dir: Any, base_model: str | None = None) -> E
         base = base_model or params.get("model") or config.get("base_model_name_or_path")
         if not base:
             raise GRPOMagicError(f"The adapter in {run_dir} names no base model; pass it with --model MODEL.")
-        return Evaluated(label=str(run_dir), path=resolve_model(str(base)), adapter=str(run_dir), run_dir=run_dir,
-                         params=params, tokenizer_path=str(run_dir))
+        return Evaluated(
+            label=str(run_dir),
+            path=resolve_model(str(base)),
+            adapter=str(run_dir),
+            run_dir=run_dir,
+            params=params,
+            tokenizer_path=str(run_dir),
+        )
     if not any((run_dir / f).is_file() for f in WEIGHT_FILES) or not (run_dir / "config.json").is_file():
         checkpoints = sorted(run_dir.glob("checkpoint-*"), key=lambda p: p.name)
-        hint = (f"; evaluate a checkpoint folder ({checkpoints[-1].name}) as a model, or" if checkpoints else ";")
+        hint = f"; evaluate a checkpoint folder ({checkpoints[-1].name}) as a model, or" if checkpoints else ";"
         raise GRPOMagicError(
             f"The run folder {run_dir} has no saved weights (no model.safetensors, nor adapter_model.safetensors with "
-            f"adapter_config.json){hint} let the run finish (it saves at the end), then evaluate it again.")
+            f"adapter_config.json){hint} let the run finish (it saves at the end), then evaluate it again."
+        )
     if base_model is not None:
         raise GRPOMagicError(f"{run_dir} holds full weights, which need no base model; drop --model {base_model}.")
-    return Evaluated(label=str(run_dir), path=str(run_dir), run_dir=run_dir, params=params,
-                     tokenizer_path=str(run_dir))
+    return Evaluated(label=str(run_dir), path=str(run_dir), run_dir=run_dir, params=params, tokenizer_path=str(run_dir))
 
 
 def load_evaluated(evaluated: Evaluated, tokenizer: Any) -> Any:
@@ -346,8 +201,13 @@ class EvalReport:
     baseline: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"env": self.env_name, "model": self.model, "baseline": self.baseline, "summary": self.summary,
-                "rows": self.rows}
+        return {
+            "env": self.env_name,
+            "model": self.model,
+            "baseline": self.baseline,
+            "summary": self.summary,
+            "rows": self.rows,
+        }
 
     def __repr__(self) -> str:
         return f"<EvalReport {self.env_name} on {self.model}: {self.summary['prompts']} prompts>"
@@ -398,40 +258,54 @@ def report_text(report: EvalReport) -> str:
     out = [head, *(f"  {k:<{width}}  {v}" for k, v in _lines(report))]
     changed = [r for r in report.rows if r.get("change")]
     for r in changed[:MAX_ROWS_SHOWN]:
-        out.append(f"  {r['change']:>5}: {_short(r['prompt'], 60)!r}: {_short(str(r.get('baseline_greedy')), 30)!r} "
-                   f"-> {_short(str(r.get('greedy')), 30)!r}")
+        out.append(
+            f"  {r['change']:>5}: {_short(r['prompt'], 60)!r}: {_short(str(r.get('baseline_greedy')), 30)!r} "
+            f"-> {_short(str(r.get('greedy')), 30)!r}"
+        )
     return redact("\n".join(out))
 
 
 def _short(text: str, limit: int) -> str:
     text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def report_html(report: EvalReport) -> str:
     """The notebook's table: the summary, then one row per prompt (changed ones first); every text escaped."""
+
     def esc(text: Any) -> str:
         return html.escape(redact(str(text)))
 
-    summary = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{esc(k)}</th><td>{esc(v)}</td></tr>"
-                      for k, v in _lines(report))
+    summary = "".join(
+        f"<tr><th style='text-align:left;padding-right:1em'>{esc(k)}</th><td>{esc(v)}</td></tr>"
+        for k, v in _lines(report)
+    )
     rows = sorted(report.rows, key=lambda r: (not r.get("change"), r.get("change") != "broke"))
     has_base = any("baseline_score" in r for r in rows)
-    head = ("<tr><th>prompt</th><th>greedy completion</th><th>greedy score</th>"
-            + ("<th>baseline</th><th>change</th>" if has_base else "") + "<th>sampled scores</th></tr>")
+    head = (
+        "<tr><th>prompt</th><th>greedy completion</th><th>greedy score</th>"
+        + ("<th>baseline</th><th>change</th>" if has_base else "")
+        + "<th>sampled scores</th></tr>"
+    )
     body = []
     for r in rows[:MAX_ROWS_SHOWN]:
         colour = {"fixed": "rgba(34,197,94,.25)", "broke": "rgba(239,68,68,.25)"}.get(r.get("change", ""), "")
         sampled = ", ".join("err" if s is None else f"{s:.2f}" for s in r.get("sampled_scores") or [])
-        base = (f"<td>{_fmt(r.get('baseline_score'))}</td><td>{esc(r.get('change', ''))}</td>" if has_base else "")
+        base = f"<td>{_fmt(r.get('baseline_score'))}</td><td>{esc(r.get('change', ''))}</td>" if has_base else ""
         body.append(
             f"<tr style='background:{colour}'><td>{esc(_short(r['prompt'], 120))}</td>"
             f"<td><code>{esc(_short(str(r.get('greedy', '')), 120))}</code></td><td>{_fmt(r.get('greedy_score'))}</td>"
-            f"{base}<td>{esc(sampled)}</td></tr>")
-    more = (f"<div>… {len(rows) - MAX_ROWS_SHOWN} more prompts in <code>report.rows</code></div>"
-            if len(rows) > MAX_ROWS_SHOWN else "")
-    return (f"<div class='grpo-eval'><div><b>grpo eval</b>: {esc(report.env_name)} on <code>{esc(report.model)}</code>"
-            f"</div><table>{summary}</table><table style='font-size:12px'>{head}{''.join(body)}</table>{more}</div>")
+            f"{base}<td>{esc(sampled)}</td></tr>"
+        )
+    more = (
+        f"<div>… {len(rows) - MAX_ROWS_SHOWN} more prompts in <code>report.rows</code></div>"
+        if len(rows) > MAX_ROWS_SHOWN
+        else ""
+    )
+    return (
+        f"<div class='grpo-eval'><div><b>grpo eval</b>: {esc(report.env_name)} on <code>{esc(report.model)}</code>"
+        f"</div><table>{summary}</table><table style='font-size:12px'>{head}{''.join(body)}</table>{more}</div>"
+    )
 
 
 # ---------------------------------------------------------------- the API
@@ -441,7 +315,8 @@ def _check_samples(samples: Any) -> int:
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise GRPOMagicError(
             f"samples must be a whole number of sampled episodes per prompt, 1 or more, got {samples!r}; use "
-            "--samples 4 (or --greedy for greedy episodes only).")
+            "--samples 4 (or --greedy for greedy episodes only)."
+        )
     return samples
 
 
@@ -488,8 +363,10 @@ def evaluate(
     params = GRPOParams(**{**base_params, "model": logged.get("model") or target.label})
     unknown = sorted(set(settings) - known)
     if unknown:
-        raise GRPOMagicError(f"evaluate() got an unknown setting {unknown[0]!r}; pass GRPOParams generation fields "
-                             "such as rl_max_new_tokens or rl_temperature.")
+        raise GRPOMagicError(
+            f"evaluate() got an unknown setting {unknown[0]!r}; pass GRPOParams generation fields "
+            "such as rl_max_new_tokens or rl_temperature."
+        )
     if settings:
         params = params.replace(**settings)
     seed = params.seed if seed is None else seed
@@ -504,35 +381,57 @@ def evaluate(
             raise GRPOMagicError(
                 f"The baseline {base_target.label} has another tokenizer than {target.label} (vocabulary or chat "
                 "template), so their prompts are not the same tokens; compare runs of one base model, or pass "
-                "--baseline none.")
+                "--baseline none."
+            )
     if target.adapter is not None and model is not None:
         if not same_tokenizer(tokenizer, load_tokenizer(target.path)):
             raise GRPOMagicError(
                 f"Model {model} has another tokenizer than the run in {target.run_dir} (vocabulary or chat template), "
-                "so it is not the base the adapter was trained on; pass the run's base model, or drop --model.")
+                "so it is not the base the adapter was trained on; pass the run's base model, or drop --model."
+            )
     prepared = prepare_env(spec, tokenizer, eval_split=split, seed=seed, want_eval=True)
     dataset, source = prepared.eval_dataset, prepared.eval_source
     if dataset is None:
         dataset, source = prepared.dataset, "build_dataset: no held-out prompts"
-        print(f"grpo-magic: note: {spec.name} has no held-out prompts (no build_eval_dataset, no eval_split), so "
-              f"every row of build_dataset is scored, training prompts included.", file=sys.stderr)
+        print(
+            f"grpo-magic: note: {spec.name} has no held-out prompts (no build_eval_dataset, no eval_split), so "
+            f"every row of build_dataset is scored, training prompts included.",
+            file=sys.stderr,
+        )
     policy = load_evaluated(target, tokenizer)
-    rows = evaluate_rows(prepared, policy, tokenizer, dataset, params=params, samples=samples, seed=seed)
+    rows = evaluate_rows(
+        prepared, policy, tokenizer, dataset, params=params, samples=samples, seed=seed, agent_episodes=agent_episodes
+    )
     del policy
     baseline_rows = None
     if base_target is not None:
         base_model = load_evaluated(base_target, base_tokenizer)
-        baseline_rows = evaluate_rows(prepared, base_model, base_tokenizer, dataset, params=params, samples=samples,
-                                      seed=seed)
+        baseline_rows = evaluate_rows(
+            prepared,
+            base_model,
+            base_tokenizer,
+            dataset,
+            params=params,
+            samples=samples,
+            seed=seed,
+            agent_episodes=agent_episodes,
+        )
         del base_model
     summary = summarize(rows, samples=samples, seed=seed, threshold=threshold, baseline_rows=baseline_rows)
     summary.update(source=source, seconds=round(time.monotonic() - started, 3))
     if baseline_rows is not None:
-        summary["baseline"] = {"greedy_mean": summary["baseline_greedy_mean"],
-                               "sampled_mean": summary["baseline_sampled_mean"],
-                               **summarize(baseline_rows, samples=samples, seed=seed, threshold=threshold)}
-    report = EvalReport(env_name=spec.name, model=target.label, summary=summary, rows=rows,
-                        baseline=base_target.label if base_target is not None else None)
+        summary["baseline"] = {
+            "greedy_mean": summary["baseline_greedy_mean"],
+            "sampled_mean": summary["baseline_sampled_mean"],
+            **summarize(baseline_rows, samples=samples, seed=seed, threshold=threshold),
+        }
+    report = EvalReport(
+        env_name=spec.name,
+        model=target.label,
+        summary=summary,
+        rows=rows,
+        baseline=base_target.label if base_target is not None else None,
+    )
     if not quiet:
         print(report_text(report))
     return report
@@ -549,7 +448,8 @@ def _baseline_target(baseline: Any, target: Evaluated) -> Evaluated | None:
     if isinstance(baseline, str) and baseline == "base":
         base = target.params.get("model")
         if not base:
-            raise GRPOMagicError(f"--baseline base needs a run folder, and {target.label} is a model; pass --baseline "
-                                 "MODEL_OR_RUN_DIR.")
+            raise GRPOMagicError(
+                f"--baseline base needs a run folder, and {target.label} is a model; pass --baseline MODEL_OR_RUN_DIR."
+            )
         return resolve_evaluated(base)
     return resolve_evaluated(baseline)

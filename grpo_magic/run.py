@@ -266,7 +266,7 @@ def _eval_event(run: GRPORun, prepared: PreparedEnv, params: GRPOParams, reward:
     import json
 
     from .env import ENV_PROMPT_COLUMN, prompt_text
-    from .evaluation import MAX_ROWS_SHOWN, evaluate_rows, summarize
+    from .heldout import MAX_ROWS_SHOWN, evaluate_rows, summarize
 
     def key(prompt: str, columns: dict[str, Any]) -> str:
         extra = {k: v for k, v in columns.items() if k not in ("prompt", ENV_PROMPT_COLUMN)}

@@ -51,10 +51,22 @@ def digits_env(in_tmp, monkeypatch):
 # ---------------------------------------------------------------- the numbers
 
 
-@pytest.mark.parametrize(("n", "c", "k", "expected"), [
-    (4, 0, 1, 0.0), (4, 4, 1, 1.0), (4, 4, 4, 1.0), (4, 1, 1, 0.25), (4, 1, 2, 0.5), (4, 2, 2, 5 / 6),
-    (5, 2, 3, 0.9), (10, 3, 1, 0.3), (10, 0, 10, 0.0), (10, 1, 10, 1.0), (3, 1, 3, 1.0),
-])
+@pytest.mark.parametrize(
+    ("n", "c", "k", "expected"),
+    [
+        (4, 0, 1, 0.0),
+        (4, 4, 1, 1.0),
+        (4, 4, 4, 1.0),
+        (4, 1, 1, 0.25),
+        (4, 1, 2, 0.5),
+        (4, 2, 2, 5 / 6),
+        (5, 2, 3, 0.9),
+        (10, 3, 1, 0.3),
+        (10, 0, 10, 0.0),
+        (10, 1, 10, 1.0),
+        (3, 1, 3, 1.0),
+    ],
+)
 def test_pass_at_k_is_the_unbiased_estimator(n, c, k, expected):
     # 1 - C(n-c, k) / C(n, k): e.g. n=4, c=1, k=2: 1 - C(3,2)/C(4,2) = 1 - 3/6; n=5, c=2, k=3: 1 - 1/10.
     assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
@@ -91,8 +103,14 @@ def test_summary_on_hand_checkable_rows_and_a_seeded_bootstrap():
 
 
 def test_eval_scored_goes_through_the_run_log_as_data():
-    event = EvalScored(step=2, prompts=3, greedy_mean=0.5, sampled_mean=0.25, pass_at_k={"pass@1": 0.25},
-                       rows=[{"prompt": "p", "greedy": "x", "greedy_score": 0.5, "sampled_scores": [0.0, None]}])
+    event = EvalScored(
+        step=2,
+        prompts=3,
+        greedy_mean=0.5,
+        sampled_mean=0.25,
+        pass_at_k={"pass@1": 0.25},
+        rows=[{"prompt": "p", "greedy": "x", "greedy_score": 0.5, "sampled_scores": [0.0, None]}],
+    )
     back = event_from_dict(json.loads(event_to_json(event)))
     assert back == event
 
@@ -117,11 +135,14 @@ def test_eval_split_is_deterministic_by_seed_and_disjoint(digits_env, tiny_path)
         split_eval(Dataset.from_dict({"prompt": ["only one"]}), 0.5, 0)
 
 
-@pytest.mark.parametrize(("body", "words"), [
-    ("return Dataset.from_dict({'question': ['x'], 'n': [1]})", "without a 'prompt' column"),
-    ("return Dataset.from_dict({'prompt': ['x'], 'n': [1], 'extra': [2]})", "has column 'extra'"),
-    ("return Dataset.from_dict({'prompt': ['x']})", "lacks build_dataset's column 'n'"),
-])
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ("return Dataset.from_dict({'question': ['x'], 'n': [1]})", "without a 'prompt' column"),
+        ("return Dataset.from_dict({'prompt': ['x'], 'n': [1], 'extra': [2]})", "has column 'extra'"),
+        ("return Dataset.from_dict({'prompt': ['x']})", "lacks build_dataset's column 'n'"),
+    ],
+)
 def test_a_bad_eval_dataset_is_one_sentence(digits_env, tiny_path, body, words):
     from grpo_magic.models import load_tokenizer
 
@@ -163,18 +184,26 @@ def no_model_loads(monkeypatch):
     monkeypatch.setattr(models, "load_model", guard)
 
 
-def test_evaluate_bad_inputs_are_one_sentence_before_a_model_loads(shell, capsys, digits_env, in_tmp,
-                                                                   no_model_loads):
+def test_evaluate_bad_inputs_are_one_sentence_before_a_model_loads(shell, capsys, digits_env, in_tmp, no_model_loads):
     shell.run_line_magic("load_ext", "grpo_magic")
     grpo_magic.register_env(digits_env)
     mod = ["--rl-env-module", "digits_env", "--rl-env-class", "DigitsEnv"]
-    for message in _answers(shell, capsys, lambda: grpo_magic.evaluate(digits_env, "tiny", samples=0),
-                            "DigitsEnv --model tiny --samples 0", ["--model", "tiny", "--samples", "0", *mod]):
+    for message in _answers(
+        shell,
+        capsys,
+        lambda: grpo_magic.evaluate(digits_env, "tiny", samples=0),
+        "DigitsEnv --model tiny --samples 0",
+        ["--model", "tiny", "--samples", "0", *mod],
+    ):
         assert "--samples" in message
     for bad in ("0", "1", "-0.5"):
-        for message in _answers(shell, capsys, lambda b=bad: grpo_magic.evaluate(digits_env, "tiny", eval_split=float(b)),
-                                f"DigitsEnv --model tiny --eval-split {bad}", ["--model", "tiny", "--eval-split", bad,
-                                                                               *mod]):
+        for message in _answers(
+            shell,
+            capsys,
+            lambda b=bad: grpo_magic.evaluate(digits_env, "tiny", eval_split=float(b)),
+            f"DigitsEnv --model tiny --eval-split {bad}",
+            ["--model", "tiny", "--eval-split", bad, *mod],
+        ):
             assert "eval_split" in message or "eval-split" in message
     # A run folder without weights: a run log, nothing saved.
     folder = in_tmp / "unsaved"
@@ -182,12 +211,19 @@ def test_evaluate_bad_inputs_are_one_sentence_before_a_model_loads(shell, capsys
     from grpo_magic.events import RunLog, RunStarted
 
     log = RunLog(folder)
-    log(RunStarted(params=GRPOParams(model="tiny", rl_env_module="digits_env", rl_env_class="DigitsEnv").to_dict(),
-                   env_name="DigitsEnv", model="tiny", output_dir=str(folder)))
+    log(
+        RunStarted(
+            params=GRPOParams(model="tiny", rl_env_module="digits_env", rl_env_class="DigitsEnv").to_dict(),
+            env_name="DigitsEnv",
+            model="tiny",
+            output_dir=str(folder),
+        )
+    )
     log.close()
     (folder / "checkpoint-2").mkdir()
-    for message in _answers(shell, capsys, lambda: grpo_magic.evaluate(digits_env, str(folder)),
-                            f"DigitsEnv {folder}", [str(folder)]):
+    for message in _answers(
+        shell, capsys, lambda: grpo_magic.evaluate(digits_env, str(folder)), f"DigitsEnv {folder}", [str(folder)]
+    ):
         assert "no saved weights" in message and "checkpoint-2" in message
     # A baseline whose tokenizer is not the run's: tiny with another chat template.
     import shutil
@@ -197,9 +233,13 @@ def test_evaluate_bad_inputs_are_one_sentence_before_a_model_loads(shell, capsys
     other = in_tmp / "other-template"
     shutil.copytree(tiny_model_path(), other)
     (other / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }}\n{% endfor %}")
-    for message in _answers(shell, capsys, lambda: grpo_magic.evaluate(digits_env, "tiny", baseline=str(other)),
-                            f"DigitsEnv --model tiny --baseline {other}",
-                            ["--model", "tiny", "--baseline", str(other), *mod]):
+    for message in _answers(
+        shell,
+        capsys,
+        lambda: grpo_magic.evaluate(digits_env, "tiny", baseline=str(other)),
+        f"DigitsEnv --model tiny --baseline {other}",
+        ["--model", "tiny", "--baseline", str(other), *mod],
+    ):
         assert "another tokenizer" in message
 
 
@@ -208,10 +248,25 @@ def test_evaluate_bad_inputs_are_one_sentence_before_a_model_loads(shell, capsys
 
 @pytest.mark.timeout(900)
 def test_lora_run_saved_adapter_gives_the_in_memory_greedy_completions_and_no_eval_prompt_trains(
-        digits_env, in_tmp, shell, capsys):
-    params = GRPOParams(model="tiny", project_name=str(in_tmp / "lora"), max_steps=4, batch_size=4,
-                        rl_num_generations=2, rl_max_new_tokens=6, lr=5e-3, rl_kl_coef=0.0, peft=True, lora_r=4,
-                        lora_alpha=8, eval_split=0.25, eval_steps=2, eval_samples=2, seed=5)
+    digits_env, in_tmp, shell, capsys
+):
+    params = GRPOParams(
+        model="tiny",
+        project_name=str(in_tmp / "lora"),
+        max_steps=4,
+        batch_size=4,
+        rl_num_generations=2,
+        rl_max_new_tokens=6,
+        lr=5e-3,
+        rl_kl_coef=0.0,
+        peft=True,
+        lora_r=4,
+        lora_alpha=8,
+        eval_split=0.25,
+        eval_steps=2,
+        eval_samples=2,
+        seed=5,
+    )
     run = grpo_magic.train(params, digits_env, display=False)
     assert run.status == "completed", run.reason
     assert [e["step"] for e in run.evals] == [0, 2, 4] and run.evals[0]["baseline"]
@@ -242,8 +297,22 @@ def test_lora_run_saved_adapter_gives_the_in_memory_greedy_completions_and_no_ev
     html_text = magic._repr_html_()
     assert "<table" in html_text and "Write" in html_text and "<script" not in html_text
     capsys.readouterr()
-    assert main(["eval", str(run.output_dir), "--samples", "2", "--json", "--rl-env-module", "digits_env",
-                 "--rl-env-class", "DigitsEnv"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                str(run.output_dir),
+                "--samples",
+                "2",
+                "--json",
+                "--rl-env-module",
+                "digits_env",
+                "--rl-env-class",
+                "DigitsEnv",
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["summary"]["greedy_mean"] == pytest.approx(report.summary["greedy_mean"])
     assert set(data["summary"]["pass_at_k"]) == {"pass@1", "pass@2"} and data["baseline"]
