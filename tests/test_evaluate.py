@@ -185,7 +185,6 @@ def no_model_loads(monkeypatch):
 
 
 def test_evaluate_bad_inputs_are_one_sentence_before_a_model_loads(shell, capsys, digits_env, in_tmp, no_model_loads):
-    shell.run_line_magic("load_ext", "grpo_magic")
     grpo_magic.register_env(digits_env)
     mod = ["--rl-env-module", "digits_env", "--rl-env-class", "DigitsEnv"]
     for message in _answers(
@@ -290,7 +289,6 @@ def test_lora_run_saved_adapter_gives_the_in_memory_greedy_completions_and_no_ev
     assert report.summary["greedy_mean"] == pytest.approx(evals[-1].greedy_mean)
 
     # The other surfaces give the same numbers: the magic (an HTML table, text escaped) and the CLI (JSON).
-    shell.run_line_magic("load_ext", "grpo_magic")
     grpo_magic.register_env(digits_env)
     magic = shell.run_line_magic("grpo_eval", f"DigitsEnv {run.output_dir} --greedy --baseline none")
     assert magic.summary["greedy_mean"] == report.summary["greedy_mean"]
@@ -320,3 +318,34 @@ def test_lora_run_saved_adapter_gives_the_in_memory_greedy_completions_and_no_ev
 
     view = grpo_magic.replay(str(run.output_dir)).view  # the dashboard state keeps them for the charts
     assert [e["step"] for e in view.evals] == [0, 2, 4] and all("greedy_mean" in e for e in view.evals)
+
+
+# ---------------------------------------------------------------- tiny-math: did training help?
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_tiny_math_held_out_greedy_accuracy_rises_from_grpo_eval_on_the_saved_run(in_tmp, shell):
+    from test_teaching import FIXED_RECIPE
+
+    from envs.addition import AdditionEnv
+    from grpo_magic.models import TINY_MATH
+
+    params = GRPOParams(model=TINY_MATH, project_name=str(in_tmp / "math"), eval_steps=30, eval_samples=2,
+                        **FIXED_RECIPE)
+    run = grpo_magic.train(params, AdditionEnv, display=False)
+    assert run.status == "completed", run.reason
+    assert [e["step"] for e in run.evals] == [0, 30, 60] and all(e["prompts"] == 160 for e in run.evals)
+
+    grpo_magic.register_env(AdditionEnv)
+    report = shell.run_line_magic("grpo_eval", f"AdditionEnv {run.output_dir} --greedy")
+    s = report.summary
+    assert s["source"] == "build_eval_dataset" and s["prompts"] == 160
+    before, after = s["baseline_greedy_mean"], s["greedy_mean"]
+    assert after > before, (before, after)  # greedy, on the 160 sums neither the warm-up nor training saw
+    assert s["fixed"] > s["broke"]
+    # The run's own evaluations agree: the baseline at step 0 is the base model, the last one the saved weights.
+    assert run.evals[0]["greedy_mean"] == pytest.approx(before)
+    assert run.evals[-1]["greedy_mean"] == pytest.approx(after)
+    print(f"tiny-math held-out greedy accuracy {before:.3f} -> {after:.3f}; fixed {s['fixed']:.3f}, "
+          f"broke {s['broke']:.3f}; in-run evals {[round(e['greedy_mean'], 3) for e in run.evals]}")
