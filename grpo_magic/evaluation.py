@@ -91,8 +91,12 @@ def agent_episodes(
         out = run_agent_episodes(p, prepared, model, tokenizer, reward, data, config_overrides=overrides)
         return [(out.texts[g][:n], out.outcomes[g * group : g * group + n]) for g in range(len(data))]
 
-    greedy_groups = episodes(1, {"generation_kwargs": {"do_sample": False}}) if greedy else []
-    sampled_groups = episodes(samples, {}) if samples else []
+    import warnings
+
+    with warnings.catch_warnings():  # transformers' renames (gradient_checkpointing...) say nothing to the user here
+        warnings.filterwarnings("ignore", category=FutureWarning, message=".*checkpointing.*")
+        greedy_groups = episodes(1, {"generation_kwargs": {"do_sample": False}}) if greedy else []
+        sampled_groups = episodes(samples, {}) if samples else []
     return greedy_groups, sampled_groups
 
 

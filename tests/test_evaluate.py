@@ -349,3 +349,15 @@ def test_tiny_math_held_out_greedy_accuracy_rises_from_grpo_eval_on_the_saved_ru
     assert run.evals[-1]["greedy_mean"] == pytest.approx(after)
     print(f"tiny-math held-out greedy accuracy {before:.3f} -> {after:.3f}; fixed {s['fixed']:.3f}, "
           f"broke {s['broke']:.3f}; in-run evals {[round(e['greedy_mean'], 3) for e in run.evals]}")
+
+
+@pytest.mark.timeout(600)
+def test_an_agent_env_is_evaluated_on_whole_episodes_through_the_tool_loop():
+    from envs.weather_agent import WeatherAgentEnv
+
+    report = grpo_magic.evaluate(WeatherAgentEnv(n_prompts=4), "tiny-agent", samples=2, eval_split=0.5, seed=0,
+                                 rl_max_new_tokens=48)
+    assert report.summary["prompts"] == 2 and report.summary["source"] == "eval_split"
+    for row in report.rows:
+        assert 0.0 <= row["greedy_score"] <= 1.0 and len(row["sampled_scores"]) == 2
+    assert set(report.summary["pass_at_k"]) == {"pass@1", "pass@2"}
