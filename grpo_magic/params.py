@@ -378,10 +378,10 @@ class GRPOParams:
     def eval_config_kwargs(self) -> dict[str, Any]:
         """TRL's eval loop for ``--eval-steps``: at the start, every ``eval_steps`` (and at the end, by our callback).
 
-        ``eval_samples`` completions a prompt (``num_generations_eval``), as many prompts a batch as a
-        training step has.
+        ``eval_samples`` completions a prompt (``num_generations_eval``), in batches of about as many
+        completions as a training step generates (whole groups), so that evaluation fits where training does.
         """
-        prompts = max(1, self.batch_size // self.rl_num_generations)
+        prompts = max(1, math.ceil(self.batch_size / self.eval_samples))
         return dict(eval_strategy="steps", eval_steps=self.eval_steps, eval_on_start=True,
                     num_generations_eval=self.eval_samples, per_device_eval_batch_size=self.eval_samples * prompts)
 

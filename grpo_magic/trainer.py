@@ -117,18 +117,47 @@ def trainer_class() -> type:
             """TRL's evaluation (``eval_reward``...), then grpo_magic's additions through ``grpo_magic_on_eval``."""
             started = time.monotonic()
             self.grpo_magic_eval_records = []
+            rng = _rng_state()  # evaluating samples too: the training run goes on as if it had not happened
             try:
                 metrics = super().evaluate(*args, **kwargs)
             finally:
                 records, self.grpo_magic_eval_records = self.grpo_magic_eval_records, None
             if self.accelerator.num_processes > 1:
                 records = [r for part in gather_object([records]) for r in part]
-            if self.grpo_magic_on_eval is not None and self.accelerator.is_main_process:
-                self.grpo_magic_on_eval(self.state.global_step, dict(metrics), records, time.monotonic() - started)
+            try:
+                if self.grpo_magic_on_eval is not None and self.accelerator.is_main_process:
+                    self.grpo_magic_on_eval(self.state.global_step, dict(metrics), records, time.monotonic() - started)
+            finally:
+                _set_rng_state(rng)
             return metrics
 
     _TRAINER_CLASS = ObservedGRPOTrainer
     return ObservedGRPOTrainer
+
+
+def _rng_state() -> tuple[Any, ...]:
+    """Every random generator an evaluation's sampling draws from (python, numpy, torch, CUDA)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    return random.getstate(), np.random.get_state(), torch.random.get_rng_state(), cuda
+
+
+def _set_rng_state(state: tuple[Any, ...]) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    python, numpy_state, torch_state, cuda = state
+    random.setstate(python)
+    np.random.set_state(numpy_state)
+    torch.random.set_rng_state(torch_state)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
 
 
 def build_trainer(

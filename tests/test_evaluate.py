@@ -113,6 +113,13 @@ def test_eval_scored_goes_through_the_run_log_as_data():
     )
     back = event_from_dict(json.loads(event_to_json(event)))
     assert back == event
+    import io
+
+    from grpo_magic.progress import TerminalProgress
+
+    out = io.StringIO()
+    TerminalProgress(stream=out)(event)  # the CLI's progress prints each evaluation as one line
+    assert "held-out eval (step 2, 3 prompts): greedy 0.500, sampled 0.250, pass@1 0.250" in out.getvalue()
 
 
 # ---------------------------------------------------------------- the held-out split
@@ -318,6 +325,11 @@ def test_lora_run_saved_adapter_gives_the_in_memory_greedy_completions_and_no_ev
 
     view = grpo_magic.replay(str(run.output_dir)).view  # the dashboard state keeps them for the charts
     assert [e["step"] for e in view.evals] == [0, 2, 4] and all("greedy_mean" in e for e in view.evals)
+
+    # Evaluating draws random numbers too, but the training run goes on as if it had not: same rewards without it.
+    plain = grpo_magic.train(params.replace(eval_steps=None, project_name=str(in_tmp / "plain")), digits_env,
+                             display=False)
+    assert [h["reward"] for h in plain.history] == [h["reward"] for h in run.history]
 
 
 # ---------------------------------------------------------------- tiny-math: did training help?
