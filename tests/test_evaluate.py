@@ -102,6 +102,29 @@ def test_summary_on_hand_checkable_rows_and_a_seeded_bootstrap():
     assert [r["change"] for r in rows] == ["fixed", "broke", ""]
 
 
+def test_the_report_escapes_what_envs_and_models_wrote():
+    from grpo_magic.evaluation import EvalReport
+
+    rows = [
+        {
+            "prompt": "<script>alert(1)</script>",
+            "greedy": "<b>x</b>",
+            "greedy_score": 1.0,
+            "sampled_scores": [1.0, None],
+            "components": {},
+        }
+    ]
+    summary = summarize(rows, samples=2, seed=0)
+    summary.update(source="build_eval_dataset", seconds=0.1)
+    report = EvalReport(env_name="Env<i>", model="m", summary=summary, rows=rows)
+    page = report._repr_html_()
+    assert "<script>" not in page and "&lt;script&gt;" in page and "&lt;b&gt;x&lt;/b&gt;" in page
+    assert "Env&lt;i&gt;" in page and "err" in page  # an episode error is shown, not a made-up score
+    text = str(report)
+    assert "greedy mean" in text and "pass@2" in text
+    assert json.loads(json.dumps(report.to_dict()))["summary"]["prompts"] == 1
+
+
 def test_eval_scored_goes_through_the_run_log_as_data():
     event = EvalScored(
         step=2,
@@ -326,9 +349,21 @@ def test_lora_run_saved_adapter_gives_the_in_memory_greedy_completions_and_no_ev
     view = grpo_magic.replay(str(run.output_dir)).view  # the dashboard state keeps them for the charts
     assert [e["step"] for e in view.evals] == [0, 2, 4] and all("greedy_mean" in e for e in view.evals)
 
+    # A base model for the adapter whose tokenizer is not the run's: one sentence, before any model loads.
+    import shutil
+
+    from grpo_magic.models import tiny_model_path
+
+    other = in_tmp / "other-template"
+    shutil.copytree(tiny_model_path(), other)
+    (other / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }}\n{% endfor %}")
+    with pytest.raises(GRPOMagicError, match="another tokenizer than the run"):
+        grpo_magic.evaluate(digits_env, str(run.output_dir), model=str(other), baseline="none")
+
     # Evaluating draws random numbers too, but the training run goes on as if it had not: same rewards without it.
-    plain = grpo_magic.train(params.replace(eval_steps=None, project_name=str(in_tmp / "plain")), digits_env,
-                             display=False)
+    plain = grpo_magic.train(
+        params.replace(eval_steps=None, project_name=str(in_tmp / "plain")), digits_env, display=False
+    )
     assert [h["reward"] for h in plain.history] == [h["reward"] for h in run.history]
 
 
@@ -343,8 +378,9 @@ def test_tiny_math_held_out_greedy_accuracy_rises_from_grpo_eval_on_the_saved_ru
     from envs.addition import AdditionEnv
     from grpo_magic.models import TINY_MATH
 
-    params = GRPOParams(model=TINY_MATH, project_name=str(in_tmp / "math"), eval_steps=30, eval_samples=2,
-                        **FIXED_RECIPE)
+    params = GRPOParams(
+        model=TINY_MATH, project_name=str(in_tmp / "math"), eval_steps=30, eval_samples=2, **FIXED_RECIPE
+    )
     run = grpo_magic.train(params, AdditionEnv, display=False)
     assert run.status == "completed", run.reason
     assert [e["step"] for e in run.evals] == [0, 30, 60] and all(e["prompts"] == 160 for e in run.evals)
@@ -359,16 +395,19 @@ def test_tiny_math_held_out_greedy_accuracy_rises_from_grpo_eval_on_the_saved_ru
     # The run's own evaluations agree: the baseline at step 0 is the base model, the last one the saved weights.
     assert run.evals[0]["greedy_mean"] == pytest.approx(before)
     assert run.evals[-1]["greedy_mean"] == pytest.approx(after)
-    print(f"tiny-math held-out greedy accuracy {before:.3f} -> {after:.3f}; fixed {s['fixed']:.3f}, "
-          f"broke {s['broke']:.3f}; in-run evals {[round(e['greedy_mean'], 3) for e in run.evals]}")
+    print(
+        f"tiny-math held-out greedy accuracy {before:.3f} -> {after:.3f}; fixed {s['fixed']:.3f}, "
+        f"broke {s['broke']:.3f}; in-run evals {[round(e['greedy_mean'], 3) for e in run.evals]}"
+    )
 
 
 @pytest.mark.timeout(600)
 def test_an_agent_env_is_evaluated_on_whole_episodes_through_the_tool_loop():
     from envs.weather_agent import WeatherAgentEnv
 
-    report = grpo_magic.evaluate(WeatherAgentEnv(n_prompts=4), "tiny-agent", samples=2, eval_split=0.5, seed=0,
-                                 rl_max_new_tokens=48)
+    report = grpo_magic.evaluate(
+        WeatherAgentEnv(n_prompts=4), "tiny-agent", samples=2, eval_split=0.5, seed=0, rl_max_new_tokens=48
+    )
     assert report.summary["prompts"] == 2 and report.summary["source"] == "eval_split"
     for row in report.rows:
         assert 0.0 <= row["greedy_score"] <= 1.0 and len(row["sampled_scores"]) == 2
