@@ -425,7 +425,8 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         _quiet_libraries()
         run.events.emit(StatusChanged(status="loading model", message=params.model or ""))
         model = load_model(model_path, tokenizer=tokenizer)  # resizes embeddings if a pad token was added
-        config = params.to_grpo_config(str(run.output_dir), **distributed_overrides())
+        resumed = {"eval_on_start": False} if checkpoint is not None and params.eval_steps is not None else {}
+        config = params.to_grpo_config(str(run.output_dir), **distributed_overrides(), **resumed)
         reward = EnvReward(prepared.env, workers=params.rl_env_workers, timeout=params.rl_episode_timeout,
                            max_error_rate=params.rl_max_error_rate)
         run._attach_reward(reward)  # a swap asked for while the model loaded is taken now
@@ -487,6 +488,17 @@ def _history_before(output_dir: Path, step: int) -> list[dict[str, Any]]:
     return [history[s] for s in sorted(history)]
 
 
+def _evals_before(output_dir: Path, step: int) -> list[dict[str, Any]]:
+    """The held-out evaluations of steps 0..``step`` from the run log (a later attempt at a step wins)."""
+    if not (output_dir / RUN_LOG_NAME).exists():
+        return []
+    evals: dict[int, dict[str, Any]] = {}
+    for event in read_run_log(output_dir):
+        if isinstance(event, EvalScored) and event.step <= step:
+            evals[event.step] = eval_dict(event)
+    return [evals[s] for s in sorted(evals)]
+
+
 def _set_aside_old_log(output_dir: Path) -> None:
     """A new run in a used folder keeps the old run log under another name: nothing is lost."""
     log = output_dir / RUN_LOG_NAME
@@ -538,6 +550,7 @@ def train(
     if checkpoint is not None:  # the steps before the checkpoint are part of this run's history
         run.history = _history_before(output_dir, checkpoint_step(checkpoint))
         run.step = run.history[-1]["step"] if run.history else 0
+        run.evals = _evals_before(output_dir, checkpoint_step(checkpoint))  # and its baseline stays the first
     subscribers: list[Callable[[Event], None]] = []
     trainer_callbacks: list[Any] = []
     for cb in callbacks or ():

@@ -412,3 +412,25 @@ def test_an_agent_env_is_evaluated_on_whole_episodes_through_the_tool_loop():
     for row in report.rows:
         assert 0.0 <= row["greedy_score"] <= 1.0 and len(row["sampled_scores"]) == 2
     assert set(report.summary["pass_at_k"]) == {"pass@1", "pass@2"}
+
+
+@pytest.mark.timeout(900)
+def test_a_resumed_run_keeps_its_evaluations_and_its_baseline(digits_env, in_tmp):
+    params = GRPOParams(
+        model="tiny",
+        project_name=str(in_tmp / "resumed"),
+        max_steps=2,
+        batch_size=4,
+        rl_num_generations=2,
+        rl_max_new_tokens=4,
+        eval_split=0.25,
+        eval_steps=1,
+        eval_samples=2,
+        save_steps=2,
+    )
+    first = grpo_magic.train(params, digits_env, display=False)
+    assert [e["step"] for e in first.evals] == [0, 1, 2]
+    again = grpo_magic.train(params.replace(max_steps=3), digits_env, display=False, resume=True)
+    assert again.status == "completed", again.reason
+    assert [e["step"] for e in again.evals] == [0, 1, 2, 3]  # read back, then one more; no second baseline
+    assert [e["baseline"] for e in again.evals] == [True, False, False, False]
