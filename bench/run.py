@@ -61,6 +61,7 @@ QUICK = {
     "rescore": {"steps": 2, "episodes": 32, "latency_s": 0.05, "workers": 32, "reps": 2},
     "agent": {"seeds": [1], "max_steps": 20},
     "teach": {"seeds": [42, 1]},
+    "evaluate": {"seeds": [42], "samples": 4},
     "kernel": {"runs": 1, "steps": 100},
 }
 FULL = {
@@ -72,6 +73,7 @@ FULL = {
     "rescore": {"steps": 4, "episodes": 32, "latency_s": 0.05, "workers": 32, "reps": 3},
     "agent": {"seeds": [1, 2, 3], "max_steps": 20},
     "teach": {"seeds": [42, 1, 2, 3, 4]},
+    "evaluate": {"seeds": [42, 1, 2], "samples": 4},
     "kernel": {"runs": 3, "steps": 200},
 }
 GOALS = {"overhead_ratio": 1.03, "scoring_efficiency": 0.8, "curve_updates_per_step": 0.5, "curve_share": 0.01,
@@ -786,6 +788,34 @@ def worker_teach(args: dict[str, Any]) -> dict[str, Any]:
             "runs": runs}
 
 
+def worker_evaluate(args: dict[str, Any]) -> dict[str, Any]:
+    """tiny-math, fixed recipe with --eval-steps 30, then grpo_magic.evaluate on the saved run folder (timed)."""
+    from envs.addition import AdditionEnv
+    from grpo_magic import GRPOParams, evaluate, train
+
+    runs = []
+    for seed in args["seeds"]:
+        out = tempfile.mkdtemp(prefix="bench-eval-")
+        t = time.perf_counter()
+        with _silence():
+            run = train(GRPOParams(model="tiny-math", project_name=out, seed=seed, eval_steps=30, eval_samples=2,
+                                   **TEACH), AdditionEnv, display=False)
+        train_s = time.perf_counter() - t
+        t = time.perf_counter()
+        with _silence():
+            report = evaluate(AdditionEnv, out, samples=args["samples"], seed=seed)
+        eval_s = time.perf_counter() - t
+        s = report.summary
+        runs.append({"seed": seed, "status": run.status, "greedy_before": s["baseline_greedy_mean"],
+                     "greedy_after": s["greedy_mean"], "greedy_ci": s["greedy_ci"],
+                     "sampled_before": s["baseline"]["sampled_mean"], "sampled_after": s["sampled_mean"],
+                     "pass_at_k_after": s["pass_at_k"], "pass_at_k_before": s["baseline"]["pass_at_k"],
+                     "fixed": s["fixed"], "broke": s["broke"], "evaluate_s": eval_s, "train_s": train_s,
+                     "in_run_evals": [round(e["greedy_mean"], 3) for e in run.evals],
+                     "in_run_eval_s": sum(e["seconds"] for e in run.evals)})
+    return {"runs": runs, "prompts": 160, "samples": args["samples"]}
+
+
 KERNEL_CELLS = [
     "import json, time\nimport grpo_magic\nfrom envs.letters import LettersEnv\n"
     "from transformers import TrainerCallback\n"
@@ -833,6 +863,7 @@ WORKERS = {
     "memory": worker_memory,
     "learn": worker_learn,
     "teach": worker_teach,
+    "evaluate": worker_evaluate,
 }
 
 
@@ -1098,6 +1129,28 @@ def bench_teach(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
     }
 
 
+def bench_evaluate(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
+    res = _worker("evaluate", cfg, threads)
+    runs = res["runs"]
+    log("  evaluate done")
+    return {
+        "evaluate": {
+            "greedy_before": _spread([r["greedy_before"] for r in runs]),
+            "greedy_after": _spread([r["greedy_after"] for r in runs]),
+            "sampled_before": _spread([r["sampled_before"] for r in runs]),
+            "sampled_after": _spread([r["sampled_after"] for r in runs]),
+            "pass_at_k_after": _spread([r["pass_at_k_after"][f"pass@{res['samples']}"] for r in runs]),
+            "fixed": _spread([r["fixed"] for r in runs]), "broke": _spread([r["broke"] for r in runs]),
+            "evaluate_s": _spread([r["evaluate_s"] for r in runs], 2),
+            "in_run_eval_share": _spread([r["in_run_eval_s"] / r["train_s"] for r in runs]),
+            "per_seed": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()} for r in runs],
+            "timed": f"grpo_magic.evaluate(AdditionEnv, run folder, samples={res['samples']}) from the outside: the "
+                     "saved weights and the base model loaded, 160 held-out sums, one greedy and K sampled episodes "
+                     "each, for both; in-run share: EvalScored seconds (3 evaluations) over the whole train() call",
+        }
+    }
+
+
 BENCHMARKS = {
     "agent": bench_agent,
     "overhead": bench_overhead,
@@ -1108,6 +1161,7 @@ BENCHMARKS = {
     "learn": bench_learn,
     "rescore": bench_rescore,
     "teach": bench_teach,
+    "evaluate": bench_evaluate,
 }
 
 
@@ -1284,6 +1338,13 @@ def results_markdown(results: list[dict[str, Any]]) -> str:
         lambda r: f"{r['teach']['build_s']['value']} s, {ok(r['teach']['build_s']['ok'])}; "
                   f"{r['teach']['build_s']['steps']} SFT steps; same bytes as the cached copy: "
                   f"{r['teach']['same_bytes_as_cached']}")
+    row("evaluation (%grpo_eval on the saved tiny-math run): held-out greedy accuracy, base → trained", "rises",
+        lambda r: f"{_fmt(r['evaluate']['greedy_before'])} → {_fmt(r['evaluate']['greedy_after'])}; sampled "
+                  f"{_fmt(r['evaluate']['sampled_before'])} → {_fmt(r['evaluate']['sampled_after'])}; pass@4 "
+                  f"{_fmt(r['evaluate']['pass_at_k_after'])}; failing → passing {_fmt(r['evaluate']['fixed'])}, "
+                  f"back {_fmt(r['evaluate']['broke'])}")
+    row("  evaluate seconds (2 models x 160 prompts x 5 episodes); in-run --eval-steps 30 share of train()", "",
+        lambda r: f"{_fmt(r['evaluate']['evaluate_s'], ' s')}; {_fmt(r['evaluate']['in_run_eval_share'])}")
     row("agent tool use: tiny-agent's right tool and city, first 3 → last 5 steps", "rises",
         lambda r: f"{_fmt(r['agent_tool_use']['first_3_steps'])} → {_fmt(r['agent_tool_use']['last_5_steps'])} "
                   f"(rise {_fmt(r['agent_tool_use']['rise'])}) in {r['agent_tool_use']['setting']['max_steps']} steps, "

@@ -72,6 +72,18 @@ class AdditionEnv:
             }
         )
 
+    def build_eval_dataset(self, tokenizer: Any = None) -> Any:
+        """The held-out sums (those the train split and tiny-math's warm-up never saw), for ``%grpo_eval``."""
+        from datasets import Dataset
+
+        pairs = sorted(held_out_pairs())
+        return Dataset.from_dict(
+            {
+                "prompt": [[{"role": "user", "content": question(a, b)}] for a, b in pairs],
+                "answer": [str(a + b) for a, b in pairs],
+            }
+        )
+
     def get_tools(self) -> list[dict[str, Any]]:
         return []
 

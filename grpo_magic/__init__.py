@@ -23,6 +23,7 @@ __all__ = [
     "GRPOParams",
     "GRPORun",
     "check_env",
+    "evaluate",
     "last_run",
     "load_ipython_extension",
     "read_run_log",
@@ -54,6 +55,13 @@ def rescore(run_or_dir: Any = None, env: Any = None, **kwargs: Any) -> Any:
     from .rescoring import rescore as _rescore
 
     return _rescore(run_or_dir, env, **kwargs)
+
+
+def evaluate(env: Any = None, model_or_run_dir: Any = None, **kwargs: Any) -> Any:
+    """Score a model or a run folder's saved weights on the env's held-out prompts (see ``grpo_magic.evaluation``)."""
+    from .evaluation import evaluate as _evaluate
+
+    return _evaluate(env, model_or_run_dir, **kwargs)
 
 
 def load_ipython_extension(ipython: Any) -> None:

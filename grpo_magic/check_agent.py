@@ -31,10 +31,11 @@ class AgentEpisodes:
 
 
 def run_agent_episodes(params: GRPOParams, prepared: Any, model: Any, tokenizer: Any, reward: EnvReward,
-                       rows: list[dict[str, Any]]) -> AgentEpisodes:
+                       rows: list[dict[str, Any]], config_overrides: dict[str, Any] | None = None) -> AgentEpisodes:
     """``num_generations`` episodes of each row, run by TRL's tool loop with the policy ``model``.
 
     ``reward`` is built with the env's agent spec (``EnvReward(agent=...)``), which the trainer hands to TRL.
+    ``config_overrides``: more GRPOConfig settings (``evaluate``'s greedy episodes turn ``do_sample`` off).
     """
     from .trainer import build_trainer, rollouts
 
@@ -42,7 +43,8 @@ def run_agent_episodes(params: GRPOParams, prepared: Any, model: Any, tokenizer:
 
     n = params.rl_num_generations
     with tempfile.TemporaryDirectory(prefix="grpo-check-") as out:
-        config = params.to_grpo_config(out, max_steps=1, save_strategy="no", report_to=[], logging_steps=1)
+        config = params.to_grpo_config(out, max_steps=1, save_strategy="no", report_to=[], logging_steps=1,
+                                       **(config_overrides or {}))
         trainer = build_trainer(model=model, tokenizer=tokenizer, reward=reward, config=config,
                                 dataset=prepared.dataset)
         inputs = [dict(row) for row in rows for _ in range(n)]  # groups contiguous, as TRL's sampler gives them

@@ -106,7 +106,67 @@ def build_parser() -> OneLineParser:
                         help="port of the vLLM server started in server mode without --vllm-server-url (default: 8000)")
     launch.add_argument("--vllm-server-timeout", type=float, default=900.0, metavar="SECONDS",
                         help="how long to wait for that server to answer (default: 900)")
+    add_eval_command(sub)
     return parser
+
+
+def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``grpo-magic eval`` and ``%grpo_eval`` (docs/architecture.md, "Evaluation")."""
+    parser.add_argument("--model", default=None, metavar="MODEL",
+                        help="the model to evaluate; with a RUN_DIR, the base model of its LoRA adapter")
+    parser.add_argument("--samples", type=int, default=4, metavar="K",
+                        help="sampled episodes per held-out prompt, for pass@k and the sampled mean (default: 4)")
+    parser.add_argument("--greedy", action="store_true", help="greedy episodes only (no sampled ones)")
+    parser.add_argument("--baseline", default="auto", metavar="MODEL_OR_RUN_DIR",
+                        help="what the greedy episodes are compared with: auto (a run's base model), none, a model "
+                             "or another run folder")
+    parser.add_argument("--eval-split", type=float, default=None, metavar="F",
+                        help="hold out this share of build_dataset's rows (a run folder's own by default)")
+    parser.add_argument("--seed", type=int, default=None, help="seed of the split, the samples and the bootstrap")
+    parser.add_argument("--rl-max-new-tokens", type=int, default=None, metavar="N",
+                        help="most tokens a completion (a run's own by default)")
+
+
+def add_eval_command(sub: Any) -> None:
+    ev = sub.add_parser("eval", help="evaluate a model or a run folder on an env's held-out prompts",
+                        description="Greedy and sampled episodes on the held-out prompts, pass@k, against a baseline.")
+    ev.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="a run's output folder (its saved weights)")
+    add_eval_arguments(ev)
+    ev.add_argument("--rl-env-module", default=None, help="module of the env (default: the run's)")
+    ev.add_argument("--rl-env-class", default=None, help="class of the env in that module (default: the run's)")
+    ev.add_argument("--rl-env-config", default=None, help="JSON of the env's constructor arguments")
+    ev.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def eval_call(args: argparse.Namespace, env: Any = None) -> Any:
+    """``evaluate`` with the parsed flags: RUN_DIR, or ``--model`` alone; a bad input is one GRPOMagicError."""
+    from .evaluation import evaluate
+
+    target = args.run_dir or args.model
+    if target is None:
+        raise GRPOMagicError("Nothing to evaluate; pass a run's output folder, or --model MODEL (e.g. --model tiny).")
+    settings: dict[str, Any] = {}
+    for name in ("rl_env_module", "rl_env_class", "rl_env_config", "rl_max_new_tokens"):
+        value = getattr(args, name, None)
+        if value is not None:
+            problem = GRPOParams.check_value(name, value)
+            if problem:
+                raise GRPOMagicError(problem)
+            settings[name] = value
+    return evaluate(env, target, samples=args.samples, greedy_only=args.greedy, eval_split=args.eval_split,
+                    seed=args.seed, baseline=args.baseline, model=args.model if args.run_dir else None, **settings)
+
+
+def eval_main(args: argparse.Namespace) -> int:
+    """``grpo-magic eval``: the report as text (or JSON) on stdout; exit 2 with one line for a bad input."""
+    import json
+
+    try:
+        report = eval_call(args)
+    except GRPOMagicError as exc:
+        return _fail(str(exc))
+    print(redact(json.dumps(report.to_dict(), indent=1, default=str)) if args.json else str(report))
+    return 0
 
 
 def _fail(message: str, code: int = 2) -> int:
@@ -122,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc))
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
+    if args.command == "eval":
+        return eval_main(args)
 
     from .distributed import end_distributed, is_main_process, world_size
     from .launch import LaunchOptions, execute, plan_launch

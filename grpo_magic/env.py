@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import importlib
 import inspect
+import math
 import os
 import sys
 import threading
@@ -385,37 +386,77 @@ def say_converted(value: Any, dataset: Any, where: str, *, given: bool = False) 
           f"({len(dataset)} rows).", file=sys.stderr)
 
 
-def build_and_check_dataset(env: Any, tokenizer: Any):
-    """Call ``build_dataset(tokenizer)`` and check what came back; returns the dataset."""
+def build_and_check_dataset(env: Any, tokenizer: Any, method: str = "build_dataset"):
+    """Call ``build_dataset(tokenizer)`` (or ``method``: ``build_eval_dataset``) and check what came back."""
     from datasets import Dataset
 
+    where = _where(env, method)
     try:
-        dataset = env.build_dataset(tokenizer)
+        dataset = getattr(env, method)(tokenizer)
     except Exception as exc:  # noqa: BLE001
-        raise GRPOMagicError(
-            f"{_where(env, 'build_dataset')} raised {type(exc).__name__}: {one_line(exc)}; fix build_dataset."
-        ) from exc
+        raise GRPOMagicError(f"{where} raised {type(exc).__name__}: {one_line(exc)}; fix {method}.") from exc
     returned = dataset
     if not isinstance(dataset, Dataset):
-        dataset = as_dataset(dataset, _where(env, "build_dataset"), note=False)  # said once it passed the checks
+        dataset = as_dataset(dataset, where, note=False)  # said once it passed the checks
     if "prompt" not in dataset.column_names:
         raise GRPOMagicError(
-            f"{_where(env, 'build_dataset')} returned a dataset without a 'prompt' column "
+            f"{where} returned a dataset without a 'prompt' column "
             f"(columns: {', '.join(dataset.column_names) or 'none'}); add the prompts as 'prompt'."
         )
     if len(dataset) == 0:
-        raise GRPOMagicError(f"{_where(env, 'build_dataset')} returned an empty dataset; return at least one prompt.")
+        raise GRPOMagicError(f"{where} returned an empty dataset; return at least one prompt.")
     for i, prompt in enumerate(dataset["prompt"]):
         if isinstance(prompt, str):
             if not prompt.strip():
-                raise GRPOMagicError(f"{_where(env, 'build_dataset')}: prompt {i} is empty; give every prompt some text.")
+                raise GRPOMagicError(f"{where}: prompt {i} is empty; give every prompt some text.")
         elif not _is_messages(prompt):
             raise GRPOMagicError(
-                f"{_where(env, 'build_dataset')}: prompt {i} is a {type(prompt).__name__}, not a string or a list "
+                f"{where}: prompt {i} is a {type(prompt).__name__}, not a string or a list "
                 "of chat messages; return prompts like 'Say hi' or [{'role': 'user', 'content': '...'}]."
             )
-    say_converted(returned, dataset, _where(env, "build_dataset"))
+    say_converted(returned, dataset, where)
     return dataset
+
+
+def has_eval_dataset(env: Any) -> bool:
+    """True for an env that defines its own held-out prompts (``build_eval_dataset(tokenizer)``)."""
+    return callable(getattr(env, "build_eval_dataset", None))
+
+
+def build_eval_dataset(env: Any, tokenizer: Any, columns: list[str]):
+    """The env's ``build_eval_dataset(tokenizer)``, checked as ``build_dataset``'s and against its columns.
+
+    The held-out rows go through the same ``score_episode`` as the training rows, so they must have
+    the same columns (docs/architecture.md, "Evaluation").
+    """
+    dataset = build_and_check_dataset(env, tokenizer, "build_eval_dataset")
+    got, want = set(dataset.column_names), set(columns)
+    if got != want:
+        extra, missing = sorted(got - want), sorted(want - got)
+        what = (f"has column{'s' if len(extra) > 1 else ''} {', '.join(map(repr, extra))} that build_dataset's has not"
+                if extra else f"lacks build_dataset's column{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(map(repr, missing))}")
+        raise GRPOMagicError(
+            f"{_where(env, 'build_eval_dataset')} returned a dataset that {what} (build_dataset's columns: "
+            f"{', '.join(columns)}); return the same columns, since score_episode scores both."
+        )
+    return dataset.select_columns(list(columns))
+
+
+def split_eval(dataset, eval_split: float, seed: int):
+    """``(train rows, held-out rows)``: a deterministic share ``eval_split`` of ``dataset`` held out by ``seed``.
+
+    datasets' own ``train_test_split`` (shuffled by ``seed``), so the same seed always holds out the same rows.
+    """
+    n = len(dataset)
+    held = math.ceil(eval_split * n)
+    if n < 2 or held >= n:
+        raise GRPOMagicError(
+            f"eval_split {eval_split:g} of {n} row{'s' if n != 1 else ''} leaves no row to train on; use a smaller "
+            "--eval-split, or give build_dataset more rows (or define build_eval_dataset)."
+        )
+    parts = dataset.train_test_split(test_size=held, seed=seed, shuffle=True)
+    return parts["train"], parts["test"]
 
 
 def episode_parameters(env: Any) -> tuple[set[str], bool, list[str]]:
@@ -497,22 +538,46 @@ class PreparedEnv:
     dataset: Any
     tools: list[dict[str, Any]]
     agent: AgentSpec | None = None
+    #: Held-out prompts (``build_eval_dataset``, or ``eval_split``'s share of build_dataset's rows, which
+    #: ``dataset`` then lacks); None when the run holds none out (docs/architecture.md, "Evaluation").
+    eval_dataset: Any = None
+    #: Where ``eval_dataset`` came from: "build_eval_dataset", "eval_split" or "" (none).
+    eval_source: str = ""
 
 
-def prepare_env(spec: EnvSpec, tokenizer: Any) -> PreparedEnv:
-    """Instantiate and validate the env and build its dataset: everything before the model loads."""
+def prepare_env(spec: EnvSpec, tokenizer: Any, *, eval_split: float | None = None, seed: int = 42,
+                want_eval: bool = False) -> PreparedEnv:
+    """Instantiate and validate the env and build its dataset: everything before the model loads.
+
+    Held-out prompts (``PreparedEnv.eval_dataset``): the env's ``build_eval_dataset`` when it defines
+    one and they are wanted (``want_eval``, or ``eval_split`` given), else ``eval_split``'s share of
+    build_dataset's rows by ``seed``, which the training dataset then lacks.
+    """
     env = spec.instantiate()
     check_interface(env, spec.name)
-    if is_agent_env(env):
-        agent = agent_spec(env, spec.fresh_env, check_tools(env))
-        dataset = build_and_check_dataset(env, tokenizer)
-        check_episode_signature(env, list(dataset.column_names), EPISODE_KWARGS)
-        return PreparedEnv(spec=spec, env=env, dataset=as_chat_prompts(dataset), tools=agent.schemas, agent=agent)
-    tools = check_tools(env)
+    agent = agent_spec(env, spec.fresh_env, check_tools(env)) if is_agent_env(env) else None
+    tools = agent.schemas if agent is not None else check_tools(env)
     dataset = build_and_check_dataset(env, tokenizer)
-    check_episode_signature(env, list(dataset.column_names))
-    dataset = render_prompts_with_tools(dataset, tokenizer, tools)
-    return PreparedEnv(spec=spec, env=env, dataset=dataset, tools=tools)
+    columns = list(dataset.column_names)
+    check_episode_signature(env, columns, EPISODE_KWARGS if agent is not None else ())
+    eval_dataset, source = None, ""
+    if has_eval_dataset(env) and (want_eval or eval_split is not None):
+        if eval_split is not None:
+            raise GRPOMagicError(
+                f"{type(env).__name__} defines build_eval_dataset, which gives the held-out prompts, and eval_split "
+                f"{eval_split:g} would hold out training rows too; drop --eval-split (or build_eval_dataset).")
+        eval_dataset, source = build_eval_dataset(env, tokenizer, columns), "build_eval_dataset"
+    elif eval_split is not None:
+        dataset, eval_dataset = split_eval(dataset, eval_split, seed)
+        source = "eval_split"
+
+    def ready(rows):
+        if rows is None:
+            return None
+        return as_chat_prompts(rows) if agent is not None else render_prompts_with_tools(rows, tokenizer, tools)
+
+    return PreparedEnv(spec=spec, env=env, dataset=ready(dataset), tools=tools, agent=agent,
+                       eval_dataset=ready(eval_dataset), eval_source=source)
 
 
 def as_chat_prompts(dataset):

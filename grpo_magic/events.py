@@ -153,6 +153,33 @@ class EnvSwapped(Event):
 
 
 @dataclass
+class EvalScored(Event):
+    """An evaluation on the held-out prompts during a run (``--eval-steps``; docs/architecture.md, "Evaluation").
+
+    ``baseline`` marks the one before training (step 0). ``sampled_mean`` and ``pass_at_k`` come from
+    TRL's own eval loop (``samples`` = ``num_generations_eval`` completions a prompt, on the generation
+    path of training); ``greedy_mean`` from one greedy episode a prompt (None for agent envs in a run).
+    ``trl_metrics`` are TRL's ``eval_*`` logs; ``rows`` per prompt: ``prompt``, ``greedy``,
+    ``greedy_score``, ``sampled_scores``. ``seconds``: what the evaluation cost the run.
+    """
+
+    step: int
+    prompts: int
+    greedy_mean: float | None
+    sampled_mean: float | None = None
+    pass_at_k: dict[str, float | None] = field(default_factory=dict)
+    greedy_ci: list[float] | None = None
+    sampled_ci: list[float] | None = None
+    components: dict[str, float] = field(default_factory=dict)
+    errors: int = 0
+    samples: int = 0
+    baseline: bool = False
+    seconds: float = 0.0
+    trl_metrics: dict[str, float | None] = field(default_factory=dict)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
 class RunFinished(Event):
     """The end of a run: ``completed``, ``stopped`` or ``failed``, with the reason and what was saved."""
 
@@ -170,6 +197,7 @@ EVENT_TYPES_BY_CLASS: dict[type, str] = {
     GroupScored: "group_scored",
     StepLogged: "step_logged",
     EnvSwapped: "env_swapped",
+    EvalScored: "eval_scored",
     RunFinished: "run_finished",
 }
 EVENT_CLASSES_BY_TYPE: dict[str, type] = {v: k for k, v in EVENT_TYPES_BY_CLASS.items()}

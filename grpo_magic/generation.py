@@ -190,3 +190,66 @@ class VLLMServerGenerator(EpisodeGenerator):
         from .trl_compat import vllm_server_generate
 
         return vllm_server_generate(self._client(), prompt_ids, max_new_tokens, **sampling)
+
+
+def eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    """Every id that ends a completion, as TRL collects them (the tokenizer's and the model's)."""
+    ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids = [tokenizer.eos_token_id, *ids]
+    return ids
+
+
+def prompt_ids(tokenizer: Any, prompt: Any) -> list[int]:
+    """A prompt's token ids as TRL makes them: text as is, chat messages through the chat template."""
+    if isinstance(prompt, str):
+        return list(tokenizer(text=prompt)["input_ids"])
+    text = tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=False)
+    return list(tokenizer(text=text, add_special_tokens=False)["input_ids"])
+
+
+def generate_batch(model: Any, tokenizer: Any, prompts: list[Any], *, n: int = 1, greedy: bool = False,
+                   max_new_tokens: int = 128, temperature: float = 1.0, top_k: int = 50, top_p: float = 1.0,
+                   seed: int = 0, batch_size: int = 64) -> list[list[str]]:
+    """``n`` completions of each prompt with HF generate, batched and left-padded as TRL does.
+
+    Greedy (``do_sample=False``) or sampled with the run's settings from ``seed``; each text is cut at
+    the first end-of-sequence id and decoded without special tokens, as TRL decodes completions. The
+    same prompts in the same order give the same batches, so an in-memory policy and its saved copy
+    give the same greedy texts.
+    """
+    import torch
+    from transformers import GenerationConfig
+
+    eos = eos_ids(model, tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
+    sampling = {} if greedy else {"temperature": temperature, "top_k": top_k, "top_p": top_p}
+    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=not greedy, pad_token_id=pad,
+                              bos_token_id=tokenizer.bos_token_id, eos_token_id=eos, disable_compile=True, **sampling)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    encoded = [prompt_ids(tokenizer, p) for p in prompts]
+    per_call = max(1, batch_size // n)
+    texts: list[list[str]] = []
+    try:
+        if not greedy:
+            torch.manual_seed(seed)
+        for start in range(0, len(encoded), per_call):
+            chunk = [ids for ids in encoded[start:start + per_call] for _ in range(n)]  # groups stay contiguous
+            width = max(len(ids) for ids in chunk)
+            input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in chunk], device=device)
+            mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in chunk], device=device)
+            with torch.no_grad():
+                sequences = model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config)
+            rows = sequences[:, width:].tolist()
+            for g in range(len(chunk) // n):
+                group = []
+                for row in rows[g * n:(g + 1) * n]:
+                    end = next((i for i, tok in enumerate(row) if tok in eos), None)
+                    group.append(tokenizer.decode(row if end is None else row[:end], skip_special_tokens=True))
+                texts.append(group)
+    finally:
+        model.train(was_training)
+    return texts

@@ -396,6 +396,43 @@ class GrpoMagics(Magics):
         except GRPOMagicError as exc:
             raise UsageError(str(exc)) from None
 
+    # ------------------------------------------------------------ %grpo_eval
+
+    @no_var_expand
+    @line_magic
+    def grpo_eval(self, line: str = "") -> Any:
+        """Evaluate on an env's held-out prompts: %grpo_eval ENV [RUN_DIR | --model M] [--samples K] [--greedy] [--baseline X]
+
+        Greedy and K sampled episodes per held-out prompt (build_eval_dataset, or --eval-split of
+        build_dataset's rows), pass@k with a bootstrap interval, and against the baseline (a run
+        folder's base model by default; none, a model or another run) the prompts whose greedy episode
+        went from failing to passing and back. A run folder is evaluated from its SAVED weights or adapter.
+        """
+        from .cli import add_eval_arguments, eval_call
+
+        parser = OneLineParser(prog="%grpo_eval", add_help=False)
+        parser.add_argument("env", nargs="?")
+        parser.add_argument("run_dir", nargs="?")
+        add_eval_arguments(parser)
+        args = _parse(parser, line)
+        if args.env and args.run_dir is None and Path(args.env).expanduser().is_dir():
+            args.env, args.run_dir = None, args.env  # %grpo_eval RUN_DIR: the run's own env
+        if args.run_dir is None and args.model is None:
+            run = last_run()
+            if run is None:
+                raise UsageError("Nothing to evaluate; pass a run's output folder or --model MODEL: "
+                                 "%grpo_eval ENV RUN_DIR.")
+            args.run_dir = str(run.output_dir)
+        env = args.env
+        if env is None and not (args.run_dir and Path(args.run_dir, "events.jsonl").is_file()):
+            env = self._env_name(None, GRPOParams())
+        elif env is not None:
+            env = self._env_name(env, GRPOParams())
+        try:
+            return eval_call(args, env)
+        except GRPOMagicError as exc:
+            raise UsageError(str(exc)) from None
+
     # ------------------------------------------------------------ %grpo_envs, %grpo_stop, %grpo_export
 
     @line_magic

@@ -23,7 +23,7 @@ from .errors import GRPOMagicError
 from .text import finite, show
 
 #: Form sections, in display order.
-GROUPS = ("Model", "Environment", "GRPO", "Generation", "Optimization", "LoRA", "vLLM", "Output")
+GROUPS = ("Model", "Environment", "GRPO", "Generation", "Optimization", "LoRA", "vLLM", "Evaluation", "Output")
 
 LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo")
 
@@ -128,6 +128,22 @@ class GRPOParams:
     vllm_tensor_parallel_size: int = _p(1, "GPUs for vLLM tensor parallelism.", "vLLM", ge=1)
     vllm_server_gpus: int = _p(
         1, "GPUs given to the vLLM server in server mode, taken from the training processes.", "vLLM", ge=1,
+    )
+
+    # Evaluation (docs/architecture.md, "Evaluation")
+    eval_split: float | None = _p(
+        None, "Share of build_dataset's rows held out for evaluation (by seed); training never sees them. Not "
+        "needed when the env defines build_eval_dataset.", "Evaluation", gt=0, lt=1,
+        why="some rows must be left to train on and some to evaluate", checkpoint=True,
+    )
+    eval_steps: int | None = _p(
+        None, "Evaluate on the held-out prompts at the start, every this many steps and at the end (TRL's "
+        "eval loop, plus greedy episodes and pass@k; empty: no evaluation during the run).", "Evaluation", ge=1,
+        trl="eval_steps",
+    )
+    eval_samples: int = _p(
+        4, "Sampled episodes per held-out prompt in an evaluation, for pass@k and the sampled mean "
+        "(num_generations_eval in GRPOConfig).", "Evaluation", ge=1, trl="num_generations_eval",
     )
 
     # Output
@@ -354,8 +370,20 @@ class GRPOParams:
         )
         if self.vllm_server_url:
             kwargs["vllm_server_base_url"] = self.vllm_server_url
+        if self.eval_steps is not None:  # TRL's eval loop on the held-out prompts (docs/architecture.md, "Evaluation")
+            kwargs.update(self.eval_config_kwargs())
         kwargs.update(overrides)
         return kwargs
+
+    def eval_config_kwargs(self) -> dict[str, Any]:
+        """TRL's eval loop for ``--eval-steps``: at the start, every ``eval_steps`` (and at the end, by our callback).
+
+        ``eval_samples`` completions a prompt (``num_generations_eval``), in batches of about as many
+        completions as a training step generates (whole groups), so that evaluation fits where training does.
+        """
+        prompts = max(1, math.ceil(self.batch_size / self.eval_samples))
+        return dict(eval_strategy="steps", eval_steps=self.eval_steps, eval_on_start=True,
+                    num_generations_eval=self.eval_samples, per_device_eval_batch_size=self.eval_samples * prompts)
 
 
 @functools.cache

@@ -48,7 +48,13 @@ def prepare(
             check_server(params.vllm_server_url)  # the server the user named must answer before any model loads
         check_vllm_installed(cuda=cuda_required)
     tokenizer = load_tokenizer(model_path)
-    prepared = prepare_env(spec, tokenizer)
+    prepared = prepare_env(spec, tokenizer, eval_split=params.eval_split, seed=params.seed,
+                           want_eval=params.eval_steps is not None)
+    if params.eval_steps is not None and prepared.eval_dataset is None:
+        raise GRPOMagicError(
+            f"--eval-steps {params.eval_steps} evaluates on held-out prompts, and {prepared.spec.name} has none; pass "
+            "--eval-split 0.1 (a share of build_dataset's rows, which training then never sees), or define "
+            "build_eval_dataset(self, tokenizer) on the env.")
     if prepared.agent is not None:
         check_tool_template(tokenizer, params.model or model_path, prepared.spec.name)
     return params, prepared, model_path, tokenizer

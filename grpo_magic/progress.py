@@ -17,6 +17,7 @@ from .dashboard.state import RunView
 from .events import (
     EnvSwapped,
     EpisodeError,
+    EvalScored,
     Event,
     GroupScored,
     RunFinished,
@@ -28,6 +29,16 @@ from .redaction import redact
 from .text import finite, format_duration, plural
 
 _BAR_WIDTH = 20
+
+
+def eval_line(event: EvalScored) -> str:
+    """One line per held-out evaluation (``--eval-steps``): greedy and sampled means, pass@k, its cost."""
+    parts = [f"greedy {_num(event.greedy_mean, '.3f')}" if event.greedy_mean is not None else "",
+             f"sampled {_num(event.sampled_mean, '.3f')}" if event.sampled_mean is not None else "",
+             *(f"{k} {_num(v, '.3f')}" for k, v in event.pass_at_k.items() if v is not None)]
+    what = "baseline" if event.baseline else f"step {event.step}"
+    return (f"grpo: held-out eval ({what}, {plural(event.prompts, 'prompt')}): {', '.join(p for p in parts if p)}"
+            f" in {event.seconds:.1f} s")
 
 
 def progress_bar(done: int, total: int, width: int = _BAR_WIDTH) -> str:
@@ -121,6 +132,8 @@ class TerminalProgress:
                 previous = f" (was {event.previous_hash})" if event.previous_hash else ""
                 self._write_line(f"grpo: env swapped: step {event.step} on is scored by {event.class_name} "
                                  f"({event.env_name}, source {event.source_hash}{previous})")
+            elif isinstance(event, EvalScored):
+                self._write_line(eval_line(event))
             elif isinstance(event, StepLogged):
                 self._on_step(event)
             elif isinstance(event, RunFinished):

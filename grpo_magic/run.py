@@ -23,6 +23,7 @@ from .events import (
     RUN_LOG_NAME,
     EnvSwapped,
     EpisodeError,
+    EvalScored,
     Event,
     EventStream,
     GroupScored,
@@ -104,6 +105,9 @@ class GRPORun:
         self._thread: threading.Thread | None = None
         #: Env swaps applied so far: step, env name, class, source hash (from ``EnvSwapped`` events).
         self.swaps: list[dict[str, Any]] = []
+        #: Evaluations on the held-out prompts (``--eval-steps``), from ``EvalScored`` events: ``step``,
+        #: ``greedy_mean``, ``sampled_mean``, ``pass_at_k``, ``baseline``, ``rows``... (docs/architecture.md, "Evaluation").
+        self.evals: list[dict[str, Any]] = []
         # What swap_env checks a new env against, and the reward adapter it hands it to.
         self._prepared: PreparedEnv | None = None
         self._tokenizer: Any = None
@@ -227,6 +231,8 @@ class GRPORun:
         elif isinstance(event, EnvSwapped):
             self.swaps.append({"step": event.step, "env_name": event.env_name, "class_name": event.class_name,
                                "source_hash": event.source_hash})
+        elif isinstance(event, EvalScored):
+            self.evals.append(eval_dict(event))
         elif isinstance(event, EpisodeError):
             self.error_count += 1
             self.errors.append({"step": event.step, "index": event.index, "kind": event.kind,
@@ -238,7 +244,72 @@ class GRPORun:
             self.saved = list(event.saved)
 
 
+def eval_dict(event: EvalScored) -> dict[str, Any]:
+    """An ``EvalScored`` event as ``run.evals`` and the dashboard keep it."""
+    import dataclasses
+
+    data = {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
+    data.pop("time", None)
+    return data
+
+
 # ---------------------------------------------------------------- the run itself
+
+
+def _eval_event(run: GRPORun, prepared: PreparedEnv, params: GRPOParams, reward: EnvReward, step: int,
+                metrics: dict[str, Any], records: list[BatchRecord], seconds: float) -> EvalScored:
+    """TRL's eval batches (sampled episodes) plus one greedy episode a held-out prompt, as one event.
+
+    The greedy episodes run on the policy being trained, in this (the training) thread between two
+    steps, with HF generate; agent envs get none in a run (their episodes need TRL's tool loop, which
+    an evaluation after the run gives: ``grpo_magic.evaluate``).
+    """
+    import json
+
+    from .env import ENV_PROMPT_COLUMN, prompt_text
+    from .heldout import MAX_ROWS_SHOWN, evaluate_rows, summarize
+
+    def key(prompt: str, columns: dict[str, Any]) -> str:
+        extra = {k: v for k, v in columns.items() if k not in ("prompt", ENV_PROMPT_COLUMN)}
+        return prompt + "\x00" + json.dumps(extra, sort_keys=True, default=str)
+
+    started = time.monotonic()
+    # TRL's eval sampler repeats each prompt samples times in a row: one group a dataset row, found by its
+    # prompt and columns (rows that are equal share their groups out in order).
+    k = params.eval_samples
+    sampled: dict[str, list[list[float | None]]] = {}
+    errors = 0
+    for record in records:
+        for start in range(0, len(record.outcomes), k):
+            group = record.outcomes[start:start + k]
+            columns = record.columns[start] if start < len(record.columns) else {}
+            sampled.setdefault(key(record.prompts[start], columns), []).append([o.score for o in group])
+            errors += sum(o.error is not None for o in group)
+    greedy = prepared.agent is None and reward.model is not None
+    rows: list[dict[str, Any]] = []
+    if greedy:
+        scorer = EnvReward(reward.env, workers=params.rl_env_workers, timeout=params.rl_episode_timeout)
+        try:
+            rows = evaluate_rows(prepared, reward.model, reward.tokenizer, prepared.eval_dataset, params=params,
+                                 samples=0, greedy=True, seed=params.seed, reward=scorer)
+        finally:
+            scorer.close()
+    else:
+        rows = [{"prompt": prompt_text(r.get(ENV_PROMPT_COLUMN) or r["prompt"])} for r in prepared.eval_dataset]
+    for row, data in zip(rows, prepared.eval_dataset, strict=True):
+        groups = sampled.get(key(row["prompt"], data), [])
+        row["sampled_scores"] = groups.pop(0) if groups else []
+    summary = summarize(rows, samples=params.eval_samples, seed=params.seed)
+    summary["errors"] = errors + sum(r.get("greedy_error") is not None for r in rows)
+    return EvalScored(
+        step=step, prompts=len(rows), greedy_mean=summary["greedy_mean"] if greedy else None,
+        sampled_mean=summary["sampled_mean"], pass_at_k=summary["pass_at_k"], greedy_ci=summary["greedy_ci"],
+        sampled_ci=summary["sampled_ci"], components=summary["components"], errors=summary["errors"],
+        samples=params.eval_samples, baseline=not run.evals, seconds=round(seconds + time.monotonic() - started, 4),
+        trl_metrics={k: v for k, v in metrics.items() if isinstance(v, (int, float)) or v is None},
+        rows=[{k: r.get(k) for k in ("prompt", "greedy", "greedy_score", "sampled_scores")} for r in rows][
+            :MAX_ROWS_SHOWN],
+    )
 
 
 def _emit_scored(run: GRPORun, payloads: list[tuple[BatchRecord, list[float]]], num_generations: int) -> None:
@@ -324,7 +395,17 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         scored["abandoned"] = sum(record.abandoned_running for record, _ in payloads)
         _emit_scored(run, payloads, num_generations)
 
+    eval_cost = {"seconds": 0.0}
+
+    def on_eval(step: int, metrics: dict[str, Any], records: list[BatchRecord], seconds: float) -> None:
+        assert reward is not None
+        event = _eval_event(run, prepared, params, reward, step, metrics, records, seconds)
+        eval_cost["seconds"] += event.seconds
+        run.events.emit(event)
+
     def on_log(step: int, logs: dict[str, Any], max_steps: int, epoch: float | None, elapsed: float) -> None:
+        if eval_cost["seconds"]:  # the evaluations' cost, next to TRL's step_time
+            logs["eval/seconds"], eval_cost["seconds"] = round(eval_cost["seconds"], 4), 0.0
         episodes = scored["episodes"] - totals_at_log["episodes"]
         errors = scored["errors"] - totals_at_log["errors"]
         totals_at_log.update(scored)
@@ -345,7 +426,8 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         _quiet_libraries()
         run.events.emit(StatusChanged(status="loading model", message=params.model or ""))
         model = load_model(model_path, tokenizer=tokenizer)  # resizes embeddings if a pad token was added
-        config = params.to_grpo_config(str(run.output_dir), **distributed_overrides())
+        resumed = {"eval_on_start": False} if checkpoint is not None and params.eval_steps is not None else {}
+        config = params.to_grpo_config(str(run.output_dir), **distributed_overrides(), **resumed)
         # Failures are deferred: the trainer raises them once the step's episodes are events (trainer.StepObserver).
         reward = EnvReward(prepared.env, workers=params.rl_env_workers, timeout=params.rl_episode_timeout,
                            max_error_rate=params.rl_max_error_rate, agent=prepared.agent, defer_failure=True)
@@ -355,6 +437,8 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
             model=model, tokenizer=tokenizer, reward=reward, config=config, dataset=prepared.dataset,
             peft_config=lora_config(params.lora_r, params.lora_alpha) if params.peft else None,
             callbacks=[callback, *trainer_callbacks], on_scored=on_scored,
+            eval_dataset=prepared.eval_dataset if params.eval_steps is not None else None,
+            on_eval=on_eval if params.eval_steps is not None else None,
         )
         trainer.train(resume_from_checkpoint=checkpoint)
         if callback.stop_reason:  # this process's request, or another process's (they agree at each step)
@@ -404,6 +488,17 @@ def _history_before(output_dir: Path, step: int) -> list[dict[str, Any]]:
         if isinstance(event, StepLogged) and event.step <= step:
             history[event.step] = {"step": event.step, **event.metrics}  # a later attempt at a step wins
     return [history[s] for s in sorted(history)]
+
+
+def _evals_before(output_dir: Path, step: int) -> list[dict[str, Any]]:
+    """The held-out evaluations of steps 0..``step`` from the run log (a later attempt at a step wins)."""
+    if not (output_dir / RUN_LOG_NAME).exists():
+        return []
+    evals: dict[int, dict[str, Any]] = {}
+    for event in read_run_log(output_dir):
+        if isinstance(event, EvalScored) and event.step <= step:
+            evals[event.step] = eval_dict(event)
+    return [evals[s] for s in sorted(evals)]
 
 
 def _set_aside_old_log(output_dir: Path) -> None:
@@ -457,6 +552,7 @@ def train(
     if checkpoint is not None:  # the steps before the checkpoint are part of this run's history
         run.history = _history_before(output_dir, checkpoint_step(checkpoint))
         run.step = run.history[-1]["step"] if run.history else 0
+        run.evals = _evals_before(output_dir, checkpoint_step(checkpoint))  # and its baseline stays the first
     subscribers: list[Callable[[Event], None]] = []
     trainer_callbacks: list[Any] = []
     for cb in callbacks or ():

@@ -32,6 +32,8 @@ __all__ = ["StepObserver", "StepRecords", "build_trainer", "events_callback", "g
 
 #: (record, advantages) of each process, in process order.
 ScoredHook = Callable[[list[tuple[BatchRecord, list[float]]], int], None]
+#: (step, TRL's eval metrics, the eval batches' records of every process, seconds TRL's eval loop took).
+EvalHook = Callable[[int, dict[str, Any], list[BatchRecord], float], None]
 
 _log = logging.getLogger(__name__)
 
@@ -63,8 +65,10 @@ class StepRecords:
 class StepObserver(BatchObserver):
     """Pairs each training batch's record with TRL's advantages, reports it, and applies the failure policy."""
 
-    def __init__(self, reward: EnvReward, records: StepRecords, on_scored: ScoredHook | None) -> None:
-        self.reward, self.records, self.on_scored = reward, records, on_scored
+    def __init__(self, reward: EnvReward, records: StepRecords, on_scored: ScoredHook | None,
+                 on_eval: EvalHook | None = None) -> None:
+        self.reward, self.records, self.on_scored, self.on_eval = reward, records, on_scored, on_eval
+        self.eval_records: list[BatchRecord] | None = None  # a list only while TRL's eval loop runs
 
     def before_batch(self, step: int) -> None:
         self.reward.apply_swap(step)
@@ -90,6 +94,58 @@ class StepObserver(BatchObserver):
         if failure is not None:
             raise EnvErrorRateExceeded(failure)
 
+    def eval_scored(self, trainer: Any) -> None:
+        """A batch of TRL's eval loop: its record is kept for ``evaluate`` (none outside an evaluation)."""
+        if self.eval_records is not None:
+            record = self.records.take()
+            if record is not None:
+                self.eval_records.append(record)
+
+    def evaluate(self, trainer: Any, run_eval: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """TRL's evaluation (``eval_reward``...), then grpo_magic's additions through ``on_eval``."""
+        started = time.monotonic()
+        self.eval_records = []
+        rng = _rng_state()  # evaluating samples too: the training run goes on as if it had not happened
+        try:
+            metrics = run_eval()
+        finally:
+            records, self.eval_records = self.eval_records, None
+        if trainer.accelerator.num_processes > 1:
+            from accelerate.utils import gather_object
+
+            records = [r for part in gather_object([records]) for r in part]
+        try:
+            if self.on_eval is not None and trainer.accelerator.is_main_process:
+                self.on_eval(trainer.state.global_step, dict(metrics), records, time.monotonic() - started)
+        finally:
+            _set_rng_state(rng)
+        return metrics
+
+
+def _rng_state() -> tuple[Any, ...]:
+    """Every random generator an evaluation's sampling draws from (python, numpy, torch, CUDA)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    return random.getstate(), np.random.get_state(), torch.random.get_rng_state(), cuda
+
+
+def _set_rng_state(state: tuple[Any, ...]) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    python, numpy_state, torch_state, cuda = state
+    random.setstate(python)
+    np.random.set_state(numpy_state)
+    torch.random.set_rng_state(torch_state)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
+
 
 def build_trainer(
     *,
@@ -101,6 +157,8 @@ def build_trainer(
     peft_config: Any = None,
     callbacks: list[Any] | None = None,
     on_scored: ScoredHook | None = None,
+    eval_dataset: Any = None,
+    on_eval: EvalHook | None = None,
 ) -> Any:
     """The observed GRPOTrainer of a run, with the reward adapter bound to the policy TRL trains.
 
@@ -121,13 +179,14 @@ def build_trainer(
             reward_funcs=[records],
             args=config,
             train_dataset=dataset,
+            eval_dataset=eval_dataset,
             processing_class=tokenizer,
             peft_config=peft_config,
             callbacks=list(callbacks or []),
             **extra,
         )
     drop_console_callbacks(trainer)
-    trainer.grpo_magic_observer = StepObserver(reward, records, on_scored)
+    trainer.grpo_magic_observer = StepObserver(reward, records, on_scored, on_eval)
     policy = trainer.accelerator.unwrap_model(trainer.model)
     reward.bind(policy, tokenizer, generator=generator_for_trainer(trainer, policy, tokenizer))
     return trainer
@@ -172,8 +231,11 @@ def events_callback(
             on_train_begin(state.max_steps)
 
         def on_log(self, args, state, control, logs=None, **kwargs):
-            # The end-of-training summary (train_runtime...) is not a step.
+            # The end-of-training summary (train_runtime...) is not a step, nor are TRL's eval logs (eval_*:
+            # they reach the run through the trainer's evaluate, as an EvalScored event).
             if not state.is_world_process_zero or not logs or "train_runtime" in logs:
+                return
+            if any(key.startswith("eval_") for key in logs):
                 return
             on_log(state.global_step, dict(logs), state.max_steps, state.epoch, time.monotonic() - self.started)
 
@@ -182,6 +244,8 @@ def events_callback(
 
         def on_step_end(self, args, state, control, **kwargs):
             self.updating = False
+            if getattr(args, "eval_strategy", "no") != "no" and state.max_steps and state.global_step >= state.max_steps:
+                control.should_evaluate = True  # and at the end, whatever eval_steps says (docs: "Evaluation")
             reason = should_stop()
             if args.world_size > 1:  # every process stops at the same step, or the others wait forever
                 from accelerate.utils import gather_object

@@ -181,6 +181,13 @@ class BatchObserver:
     def scored(self, trainer: Any, batch: ScoredBatch) -> None:  # pragma: no cover - an interface
         """After TRL scored the batch and computed its advantages."""
 
+    def eval_scored(self, trainer: Any) -> None:  # pragma: no cover - an interface
+        """After TRL scored a batch of its eval loop (the model in eval mode)."""
+
+    def evaluate(self, trainer: Any, run_eval: Any) -> dict[str, Any]:  # pragma: no cover - an interface
+        """Around Trainer's public ``evaluate``: ``run_eval()`` runs TRL's eval loop and gives its metrics."""
+        return run_eval()
+
 
 _TRAINER_CLASS: type | None = None
 
@@ -200,13 +207,22 @@ def trainer_class() -> type:
         grpo_magic_observer: BatchObserver | None = None
 
         def _generate_and_score_completions(self, inputs):  # noqa: D401 - TRL's hook point
-            observer = self.grpo_magic_observer if self.model.training else None
-            if observer is not None:  # a hot swap, before TRL resets the episodes
+            observer, training = self.grpo_magic_observer, self.model.training
+            if observer is not None and training:  # a hot swap, before TRL resets the episodes
                 observer.before_batch(self.state.global_step + 1)
             output = super()._generate_and_score_completions(inputs)
             if observer is not None:
-                observer.scored(self, scored_batch(output))
+                if training:
+                    observer.scored(self, scored_batch(output))
+                else:  # TRL's eval loop (or a pre-flight batch, which the observer leaves alone)
+                    observer.eval_scored(self)
             return output
+
+        def evaluate(self, *args, **kwargs):  # Trainer's public entry point of its eval loop
+            parent = super().evaluate
+            if self.grpo_magic_observer is None:
+                return parent(*args, **kwargs)
+            return self.grpo_magic_observer.evaluate(self, lambda: parent(*args, **kwargs))
 
     _TRAINER_CLASS = ObservedGRPOTrainer
     return ObservedGRPOTrainer

@@ -217,6 +217,31 @@ CELL_ROWS: list[BadInput] = [
              surfaces=("cell",), cell_line="Env"),
 ]
 
+def _eval_build(body: str) -> dict[str, str]:
+    """An env whose build_eval_dataset returns ``body`` (the held-out prompts: docs/architecture.md, "Evaluation")."""
+    return {"tools": "    def build_eval_dataset(self, tokenizer):\n        return " + body + "\n"}
+
+
+#: Held-out prompts for evaluation (--eval-split, --eval-steps, build_eval_dataset).
+EVAL_ROWS: list[BadInput] = [
+    BadInput("eval dataset without a prompt column", ("build_eval_dataset", "without a 'prompt' column"),
+             params={"eval_steps": 1},
+             env=env_source(**_eval_build("Dataset.from_dict({'question': ['x'], 'case_idx': [0]})"))),
+    BadInput("eval dataset with other columns", ("build_eval_dataset", "'answer'", "same columns"),
+             params={"eval_steps": 1},
+             env=env_source(**_eval_build("Dataset.from_dict({'prompt': ['x'], 'case_idx': [0], 'answer': [1]})"))),
+    BadInput("eval dataset lacking a column", ("build_eval_dataset", "lacks build_dataset's column 'case_idx'"),
+             params={"eval_steps": 1}, env=env_source(**_eval_build("Dataset.from_dict({'prompt': ['x']})"))),
+    BadInput("eval split and an eval dataset", ("build_eval_dataset", "drop --eval-split"),
+             params={"eval_split": 0.25},
+             env=env_source(**_eval_build("Dataset.from_dict({'prompt': ['x'], 'case_idx': [0]})"))),
+    BadInput("eval steps without held-out prompts", ("--eval-steps 2", "--eval-split", "build_eval_dataset"),
+             params={"eval_steps": 2}),
+    BadInput("eval split holding out every row", ("leaves no row to train on", "--eval-split"),
+             params={"eval_split": 0.99}, env=env_source(build="    def build_dataset(self, tokenizer):\n"
+                                                          "        return Dataset.from_dict({'prompt': ['a', 'b']})\n")),
+]
+
 #: Bad params that are not about ranges (ranges are generated below).
 PARAM_ROWS: list[BadInput] = [
     BadInput("trainer not grpo", ("trainer", "must be one of grpo", "'ppo'"), params={"trainer": "ppo"}),
@@ -313,7 +338,7 @@ def range_rows() -> list[BadInput]:
 
 
 RANGE_ROWS = range_rows()
-ROWS: list[BadInput] = ENV_ROWS + AGENT_ROWS + ADAPTER_ROWS + CELL_ROWS + PARAM_ROWS + RANGE_ROWS
+ROWS: list[BadInput] = ENV_ROWS + AGENT_ROWS + ADAPTER_ROWS + CELL_ROWS + EVAL_ROWS + PARAM_ROWS + RANGE_ROWS
 
 
 def cli_flags(params: dict[str, Any]) -> list[str]:

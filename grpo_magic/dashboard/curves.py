@@ -17,6 +17,8 @@ from typing import Any
 
 from .panels import AMBER, GREY, PANELS, Panel
 
+GREEN = "#16a34a"  # held-out evaluations (``RunView.evals``)
+
 
 class Curves:
     """The grid of panels, drawn with matplotlib's object API on Agg, rendered to PNG.
@@ -73,8 +75,13 @@ class Curves:
                                             fontsize=8, alpha=0.6)
 
     def png(self, steps: array, metrics: dict[str, array], range_steps: array, range_min: array,
-            range_max: array, markers: Sequence[tuple[float, str]] = ()) -> bytes:
-        """The PNG of these arrays (a ``RunView``'s): every panel's data replaced, then one render."""
+            range_max: array, markers: Sequence[tuple[float, str]] = (),
+            evals: Sequence[dict[str, Any]] = ()) -> bytes:
+        """The PNG of these arrays (a ``RunView``'s): every panel's data replaced, then one render.
+
+        ``evals`` (``RunView.evals``): held-out evaluations, drawn on the reward panel as points with the
+        first one (the baseline, before training) as a horizontal line.
+        """
         import numpy as np
 
         def arr(values: array) -> Any:
@@ -129,6 +136,21 @@ class Curves:
                 ax.legend(fontsize=6, loc="upper left", frameon=False)
             for step, _label in markers:
                 self.marks.append(ax.axvline(step, color=GREY, linewidth=1.0, linestyle="--"))
+            if panel.key == "reward" and evals:
+                self._draw_evals(ax, evals)
         buf = io.BytesIO()
         self.fig.savefig(buf, format="png")
         return buf.getvalue()
+
+    def _draw_evals(self, ax: Any, evals: Sequence[dict[str, Any]]) -> None:
+        """Held-out points (greedy mean; sampled mean where no greedy one) and the baseline's line."""
+        points = [(e["step"], e["greedy_mean"] if e.get("greedy_mean") is not None else e.get("sampled_mean"))
+                  for e in evals]
+        points = [(x, y) for x, y in points if y is not None]
+        if not points:
+            return
+        xs, ys = zip(*points, strict=True)
+        (dots,) = ax.plot(xs, ys, color=GREEN, marker="D", markersize=4, linewidth=1.0, label="held-out eval")
+        self.marks.append(dots)
+        self.marks.append(ax.axhline(ys[0], color=GREEN, linewidth=0.8, linestyle=":", label="held-out baseline"))
+        ax.legend(fontsize=6, loc="upper left", frameon=False)

@@ -15,7 +15,17 @@ from array import array
 from collections import OrderedDict, deque
 from typing import Any
 
-from ..events import EnvSwapped, EpisodeError, Event, GroupScored, RunFinished, RunStarted, StatusChanged, StepLogged
+from ..events import (
+    EnvSwapped,
+    EpisodeError,
+    EvalScored,
+    Event,
+    GroupScored,
+    RunFinished,
+    RunStarted,
+    StatusChanged,
+    StepLogged,
+)
 from ..text import finite
 from .panels import COMPONENT_PREFIX, OPTIONAL, PANELS, Panel, components_panel, curve_metrics
 
@@ -50,6 +60,9 @@ class RunView:
         # Reward components (``components/<name>``), aligned with ``steps``, NaN where not logged.
         self.components: dict[str, array] = {}
         self.swaps: list[EnvSwapped] = []  # env swaps, for the markers on the curves
+        #: Evaluations on the held-out prompts (``EvalScored``): dicts with ``step``, ``greedy_mean``,
+        #: ``sampled_mean``, ``pass_at_k``, ``baseline``; points on the reward panel (the first is the baseline).
+        self.evals: list[dict[str, Any]] = []
         self.last_metrics: dict[str, Any] = {}
         self.range_steps = array("d")
         self.range_min = array("d")
@@ -125,6 +138,12 @@ class RunView:
         elif isinstance(event, EnvSwapped):
             self.swaps.append(event)
             self.add_marker(event.step, f"env swapped to {event.class_name}")  # a marker on the curves
+            return True
+        elif isinstance(event, EvalScored):
+            self.evals.append({"step": event.step, "greedy_mean": event.greedy_mean, "sampled_mean": event.sampled_mean,
+                               "pass_at_k": dict(event.pass_at_k), "baseline": event.baseline,
+                               "prompts": event.prompts, "seconds": event.seconds})
+            self.curves_version += 1
             return True
         elif isinstance(event, EpisodeError):
             self.error_counts[event.kind] = self.error_counts.get(event.kind, 0) + 1

@@ -239,7 +239,7 @@ class Dashboard:
                     self._figure = Curves(panels)
                 series = {s.metric: view.series(s.metric) for p in panels for s in p.series}
                 png = self._figure.png(view.steps, {**view.metrics, **series}, view.range_steps, view.range_min,
-                                       view.range_max, view.markers)
+                                       view.range_max, view.markers, evals=getattr(view, "evals", []))
                 self._png = (key, png)
             return self._png[1]
 
