@@ -129,6 +129,10 @@ class GRPOParams:
     vllm_server_gpus: int = _p(
         1, "GPUs given to the vLLM server in server mode, taken from the training processes.", "vLLM", ge=1,
     )
+    vllm_max_model_length: int | None = _p(
+        None, "vLLM's context in tokens, prompt plus completion (empty: the longest prompt plus rl_max_new_tokens, "
+        "so vLLM does not reserve KV cache for the model's whole context).", "vLLM", ge=1, trl="vllm_max_model_length",
+    )
 
     # Output
     logging_steps: int = _p(1, "Log metrics every this many steps.", "Output", ge=1)
@@ -319,7 +323,8 @@ class GRPOParams:
         Building a ``TrainingArguments`` resets accelerate's process state, which a run training in
         this process needs: readers of a run's settings (``rescore``) use these instead.
         """
-        from .models import has_cuda, supports_bf16
+        from .device import grpo_precision_kwargs
+        from .models import has_cuda
 
         kwargs: dict[str, Any] = dict(
             output_dir=output_dir or self.project_name,
@@ -347,15 +352,28 @@ class GRPOParams:
             save_strategy="steps",
             report_to=[] if self.report_to == "none" else [self.report_to],
             push_to_hub=self.push_to_hub,
-            bf16=supports_bf16(),
+            **grpo_precision_kwargs(self.precision()),
             dataloader_pin_memory=has_cuda(),  # pinning on a CPU-only machine only warns
             log_completions=False,
             disable_tqdm=True,
         )
         if self.vllm_server_url:
             kwargs["vllm_server_base_url"] = self.vllm_server_url
+        if self.vllm_max_model_length is not None:
+            kwargs["vllm_max_model_length"] = self.vllm_max_model_length
         kwargs.update(overrides)
         return kwargs
+
+    def precision(self) -> str:
+        """bf16, fp16 or fp32 for this run on this device: ``device.choose_precision``, the one decision.
+
+        An explicit TRL ``bf16``/``fp16`` setting (in ``trl_settings`` where that bag of TRL fields
+        exists) wins over the automatic choice.
+        """
+        from .device import choose_precision
+
+        explicit = self.__dict__.get("trl_settings") or {}
+        return choose_precision(explicit.get("bf16"), explicit.get("fp16"))
 
 
 @functools.cache
