@@ -87,7 +87,7 @@ def longest_prompt_tokens(dataset: Any, tokenizer: Any, tools: list[dict[str, An
     """The longest prompt of ``dataset`` in tokens, as TRL renders it (chat prompts through the template, with tools)."""
     prompts = dataset["prompt"] if dataset is not None and "prompt" in dataset.column_names else []
     texts = [p for p in prompts if isinstance(p, str)]
-    longest = max((len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]), default=0)
+    longest = max((len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]), default=0) if texts else 0
     for prompt in prompts:
         if not isinstance(prompt, str):
             ids = tokenizer.apply_chat_template(prompt, tools=tools or None, add_generation_prompt=True,
