@@ -67,8 +67,9 @@ def choose_precision(explicit_bf16: Any = None, explicit_fp16: Any = None, *, de
     """
     bf16, fp16 = _flag(explicit_bf16, "bf16"), _flag(explicit_fp16, "fp16")
     if bf16 and fp16:
-        raise GRPOMagicError("bf16 and fp16 are both set to true; set only one of them (or neither, to choose for "
-                             "the device).")
+        raise GRPOMagicError(
+            "bf16 and fp16 are both set to true; set only one of them (or neither, to choose for the device)."
+        )
     if bf16:
         return "bf16"
     if fp16:

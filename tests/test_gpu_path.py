@@ -47,11 +47,14 @@ def capability(monkeypatch):
 # ---------------------------------------------------------------- one precision decision
 
 
-@pytest.mark.parametrize(("gpu", "precision", "config", "load", "load_peft", "vllm"), [
-    (T4, "fp16", {"bf16": False, "fp16": True}, torch.float32, torch.float16, "float16"),
-    (A100, "bf16", {"bf16": True, "fp16": False}, torch.bfloat16, torch.bfloat16, "bfloat16"),
-    (None, "fp32", {"bf16": False, "fp16": False}, torch.float32, torch.float32, "auto"),
-])
+@pytest.mark.parametrize(
+    ("gpu", "precision", "config", "load", "load_peft", "vllm"),
+    [
+        (T4, "fp16", {"bf16": False, "fp16": True}, torch.float32, torch.float16, "float16"),
+        (A100, "bf16", {"bf16": True, "fp16": False}, torch.bfloat16, torch.bfloat16, "bfloat16"),
+        (None, "fp32", {"bf16": False, "fp16": False}, torch.float32, torch.float32, "auto"),
+    ],
+)
 def test_one_decision_for_the_load_grpo_config_and_vllm(capability, gpu, precision, config, load, load_peft, vllm):
     capability(gpu)
     params = GRPOParams(model="tiny")
@@ -83,14 +86,17 @@ def test_the_cpu_config_builds_and_the_model_loads_in_the_run_s_dtype(capability
     assert load_model(tiny_path, dtype=device.load_dtype("bf16")).dtype == torch.bfloat16
 
 
-@pytest.mark.parametrize(("bf16", "fp16", "gpu", "expected"), [
-    (True, None, T4, "bf16"),  # explicit wins over the device
-    (None, True, A100, "fp16"),
-    (False, None, A100, "fp32"),  # bf16 refused where it was the choice: float32
-    (None, False, T4, "fp32"),
-    (False, None, T4, "fp16"),  # refusing what was not chosen changes nothing
-    ("true", "", None, "bf16"),  # as a form or a command line gives them
-])
+@pytest.mark.parametrize(
+    ("bf16", "fp16", "gpu", "expected"),
+    [
+        (True, None, T4, "bf16"),  # explicit wins over the device
+        (None, True, A100, "fp16"),
+        (False, None, A100, "fp32"),  # bf16 refused where it was the choice: float32
+        (None, False, T4, "fp32"),
+        (False, None, T4, "fp16"),  # refusing what was not chosen changes nothing
+        ("true", "", None, "bf16"),  # as a form or a command line gives them
+    ],
+)
 def test_an_explicit_bf16_or_fp16_wins(capability, bf16, fp16, gpu, expected):
     capability(gpu)
     assert device.choose_precision(bf16, fp16) == expected
@@ -115,8 +121,20 @@ SERVER = ["--use-vllm", "--vllm-mode", "server"]
 
 def _plan(capsys, monkeypatch, gpus: int, *flags: str, model: str = "tiny") -> tuple[int, str, str]:
     monkeypatch.setenv("GRPO_MAGIC_FAKE_GPUS", str(gpus))
-    code = main(["train", "--model", model, "--rl-env-module", "envs.letters", "--rl-env-class", "LettersEnv",
-                 *SERVER, *flags, "--dry-run"])
+    code = main(
+        [
+            "train",
+            "--model",
+            model,
+            "--rl-env-module",
+            "envs.letters",
+            "--rl-env-class",
+            "LettersEnv",
+            *SERVER,
+            *flags,
+            "--dry-run",
+        ]
+    )
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -133,16 +151,29 @@ def _longest_letters_prompt(tiny_path: str) -> int:
     return max(len(ids) for ids in tokenizer(prompts, add_special_tokens=False)["input_ids"])
 
 
-@pytest.mark.parametrize(("gpus", "server", "tp", "gpu", "dtype"), [
-    (2, 1, 1, A100, "bfloat16"),
-    (4, 2, 2, T4, "float16"),
-    (8, 4, 4, A100, "bfloat16"),
-])
-def test_each_split_that_works_serves_in_the_run_s_dtype_and_context(capsys, monkeypatch, capability, tiny_path,
-                                                                      gpus, server, tp, gpu, dtype):
+@pytest.mark.parametrize(
+    ("gpus", "server", "tp", "gpu", "dtype"),
+    [
+        (2, 1, 1, A100, "bfloat16"),
+        (4, 2, 2, T4, "float16"),
+        (8, 4, 4, A100, "bfloat16"),
+    ],
+)
+def test_each_split_that_works_serves_in_the_run_s_dtype_and_context(
+    capsys, monkeypatch, capability, tiny_path, gpus, server, tp, gpu, dtype
+):
     capability(gpu)
-    code, out, err = _plan(capsys, monkeypatch, gpus, "--vllm-server-gpus", str(server),
-                           "--vllm-tensor-parallel-size", str(tp), "--rl-max-new-tokens", "20")
+    code, out, err = _plan(
+        capsys,
+        monkeypatch,
+        gpus,
+        "--vllm-server-gpus",
+        str(server),
+        "--vllm-tensor-parallel-size",
+        str(tp),
+        "--rl-max-new-tokens",
+        "20",
+    )
     assert code == 0, err
     serve = _serve(out)
     assert serve[0] == "CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(gpus - server, gpus))
@@ -165,8 +196,18 @@ def test_a_mixture_of_experts_model_may_use_data_parallelism(capsys, monkeypatch
     config = json.loads((moe / "config.json").read_text())
     (moe / "config.json").write_text(json.dumps({**config, "num_local_experts": 4, "num_experts_per_tok": 2}))
     capability(None)  # a dry run on a machine without the GPUs: vLLM's auto dtype, no --dtype
-    code, out, err = _plan(capsys, monkeypatch, 8, "--vllm-server-gpus", "4", "--vllm-tensor-parallel-size", "2",
-                           "--vllm-max-model-length", "512", model=str(moe))
+    code, out, err = _plan(
+        capsys,
+        monkeypatch,
+        8,
+        "--vllm-server-gpus",
+        "4",
+        "--vllm-tensor-parallel-size",
+        "2",
+        "--vllm-max-model-length",
+        "512",
+        model=str(moe),
+    )
     assert code == 0, err
     serve = _serve(out)
     assert serve[serve.index("--data-parallel-size") + 1] == "2" and "--dtype" not in serve
@@ -181,15 +222,20 @@ def test_vllm_max_model_length_is_the_longest_prompt_plus_the_completion(tiny_pa
     from grpo_magic.run import run_config_overrides
 
     params, prepared, model_path, tokenizer = prepare(
-        GRPOParams(**FAST, use_vllm=False, rl_env_module="envs.letters", rl_env_class="LettersEnv"))
+        GRPOParams(**FAST, use_vllm=False, rl_env_module="envs.letters", rl_env_class="LettersEnv")
+    )
     assert "vllm_max_model_length" not in run_config_overrides(params, prepared, tokenizer, model_path)
     vllm = params.replace(use_vllm=True)
     overrides = run_config_overrides(vllm, prepared, tokenizer, model_path)
     config = vllm.to_grpo_config("out", **overrides)
     assert config.vllm_max_model_length == _longest_letters_prompt(tiny_path) + FAST["rl_max_new_tokens"]
     explicit = vllm.replace(vllm_max_model_length=300)
-    assert explicit.to_grpo_config("out", **run_config_overrides(explicit, prepared, tokenizer, model_path)
-                                   ).vllm_max_model_length == 300
+    assert (
+        explicit.to_grpo_config(
+            "out", **run_config_overrides(explicit, prepared, tokenizer, model_path)
+        ).vllm_max_model_length
+        == 300
+    )
 
 
 def test_chat_prompts_count_their_template_and_tools(tiny_path):
@@ -200,12 +246,21 @@ def test_chat_prompts_count_their_template_and_tools(tiny_path):
 
     tokenizer = load_tokenizer("tiny-agent")
     messages = [{"role": "user", "content": "Book a room for two nights."}]
-    tools = [{"type": "function", "function": {"name": "book", "description": "Book a room.", "parameters": {
-        "type": "object", "properties": {"nights": {"type": "integer"}}, "required": ["nights"]}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "book",
+                "description": "Book a room.",
+                "parameters": {"type": "object", "properties": {"nights": {"type": "integer"}}, "required": ["nights"]},
+            },
+        }
+    ]
     data = Dataset.from_dict({"prompt": [messages, [{"role": "user", "content": "Hi"}]]})
     bare = longest_prompt_tokens(data, tokenizer)
-    assert bare == len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                     return_dict=False))
+    assert bare == len(
+        tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    )
     assert longest_prompt_tokens(data, tokenizer, tools) > bare
 
 
@@ -284,14 +339,20 @@ def test_a_finished_run_releases_the_policy_and_the_reward_and_restores_trl_s_va
     monkeypatch.setenv("MASTER_ADDR", "10.0.0.9")  # the user's own value comes back as it was
     watch = Watch(stop=end == "stopped")
     env = FailingLettersEnv() if end == "failed" else LettersEnv()
-    run = train(GRPOParams(**FAST, max_steps=2, rl_max_error_rate=0.0, project_name="run"), env,
-                callbacks=[watch], display=False, raise_on_failure=False)
+    run = train(
+        GRPOParams(**FAST, max_steps=2, rl_max_error_rate=0.0, project_name="run"),
+        env,
+        callbacks=[watch],
+        display=False,
+        raise_on_failure=False,
+    )
     assert run.status == end, run.reason
     assert set(watch.refs) == {"model", "reward"}
     assert watch.refs["model"]() is None, "the policy is still alive after the run"
     assert watch.refs["reward"]() is None and run._reward is None
-    assert {n: os.environ.get(n) for n in TRL_ENV_VARS} == {n: "10.0.0.9" if n == "MASTER_ADDR" else None
-                                                            for n in TRL_ENV_VARS}
+    assert {n: os.environ.get(n) for n in TRL_ENV_VARS} == {
+        n: "10.0.0.9" if n == "MASTER_ADDR" else None for n in TRL_ENV_VARS
+    }
     assert world_size() == 1 and not inside_launch()
     if end == "failed":  # the kept failure still tells where it happened
         import traceback
@@ -320,9 +381,13 @@ def test_trl_s_vllm_engine_is_released_with_the_trainer(tiny_path, tmp_path, mon
     monkeypatch.setattr(vllm_generation.VLLMGeneration, "_init_vllm", lambda self: setattr(self, "llm", StandInLLM()))
     tokenizer = load_tokenizer(tiny_path)
     config = GRPOParams(**FAST, use_vllm=True).to_grpo_config(str(tmp_path / "out"), vllm_max_model_length=64)
-    trainer = trainer_class()(model=load_model(tiny_path, tokenizer=tokenizer), args=config,
-                              reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
-                              train_dataset=Dataset.from_dict({"prompt": ["Say a: "] * 8}), processing_class=tokenizer)
+    trainer = trainer_class()(
+        model=load_model(tiny_path, tokenizer=tokenizer),
+        args=config,
+        reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+        train_dataset=Dataset.from_dict({"prompt": ["Say a: "] * 8}),
+        processing_class=tokenizer,
+    )
     engine = weakref.ref(trainer.vllm_generation.llm)
     release_trainer(trainer)
     assert engine() is None and shut_down == [True] and trainer.vllm_generation.llm is None
@@ -368,3 +433,29 @@ def test_gpu_smoke_script_parses():
     text = script.read_text()
     for what in ("vllm_max_model_length", "choose_precision", "second run", "current_device", "memory_allocated"):
         assert what in text, what
+
+
+# ---------------------------------------------------------------- the vllm extra's CI check
+
+
+def test_the_vllm_extra_check_reads_pip_s_report():
+    """scripts/check_vllm_extra.py's judgement of a resolution (CI runs the real dry run; it needs PyPI)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_vllm_extra", REPO / "scripts" / "check_vllm_extra.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    pins = check.ci_pins()
+    trl_range = check.trl_vllm_range()
+    assert "<=0.31" in trl_range.replace(" ", "")
+
+    def report(**versions):
+        return {"install": [{"metadata": {"name": n, "version": v}} for n, v in versions.items()]}
+
+    good = check.resolved(report(vllm="0.31.0", torch=pins["torch"] + "+cu130", transformers="5.17.0", trl=pins["trl"]))
+    assert check.judge(good, pins, trl_range) == []
+    bad = check.resolved(report(vllm="0.33.0", torch="2.14.0", trl="1.15.0"))
+    problems = " ".join(check.judge(bad, pins, trl_range))
+    assert "vllm 0.33.0 is outside TRL's vllm extra" in problems and "torch 2.14.0" in problems
+    assert f"trl 1.15.0 is not CI's pin {pins['trl']}" in problems
+    assert check.judge({}, pins, trl_range) == ["the resolution installs no vllm"]
