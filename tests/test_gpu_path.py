@@ -430,8 +430,12 @@ def test_gpu_smoke_script_parses():
     script = REPO / "scripts" / "gpu_smoke.sh"
     result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    text = script.read_text()
-    for what in ("vllm_max_model_length", "choose_precision", "second run", "current_device", "memory_allocated"):
+    inprocess = REPO / "scripts" / "gpu_smoke_inprocess.py"
+    compile(inprocess.read_text(), str(inprocess), "exec")
+    text = script.read_text() + inprocess.read_text()
+    assert "gpu_smoke_inprocess.py" in script.read_text()
+    for what in ("vllm_max_model_length", "choose_precision", "second run", "current_device", "memory_allocated",
+                 "--rl-env-workers 2", "dist.is_initialized()", "TRL_ENV_VARS"):
         assert what in text, what
 
 
