@@ -434,8 +434,16 @@ def test_gpu_smoke_script_parses():
     compile(inprocess.read_text(), str(inprocess), "exec")
     text = script.read_text() + inprocess.read_text()
     assert "gpu_smoke_inprocess.py" in script.read_text()
-    for what in ("vllm_max_model_length", "choose_precision", "second run", "current_device", "memory_allocated",
-                 "--rl-env-workers 2", "dist.is_initialized()", "TRL_ENV_VARS"):
+    for what in (
+        "vllm_max_model_length",
+        "choose_precision",
+        "second run",
+        "current_device",
+        "memory_allocated",
+        "--rl-env-workers 2",
+        "dist.is_initialized()",
+        "TRL_ENV_VARS",
+    ):
         assert what in text, what
 
 
@@ -463,3 +471,52 @@ def test_the_vllm_extra_check_reads_pip_s_report():
     assert "vllm 0.33.0 is outside TRL's vllm extra" in problems and "torch 2.14.0" in problems
     assert f"trl 1.15.0 is not CI's pin {pins['trl']}" in problems
     assert check.judge({}, pins, trl_range) == ["the resolution installs no vllm"]
+
+
+# ---------------------------------------------------------------- notebook 03's install cell
+
+
+def _install_cell() -> str:
+    """Notebook 03's install cell up to the %pip line (which would install here): finding or fetching the checkout."""
+    notebook = json.loads((REPO / "notebooks" / "03_hotel_agent.ipynb").read_text())
+    source = next(
+        "".join(c["source"])
+        for c in notebook["cells"]
+        if c["cell_type"] == "code" and "REPO_URL" in "".join(c["source"])
+    )
+    return source.split("if importlib.util.find_spec", 1)[0]
+
+
+def test_notebook_03_installs_from_the_repository_the_colab_badge_names():
+    import re
+
+    badge = re.search(
+        r"colab\.research\.google\.com/github/([^/]+/[^/]+)/blob/[^/]+/notebooks/03_hotel_agent",
+        (REPO / "README.md").read_text(),
+    )
+    cell = _install_cell()
+    assert badge and re.findall(r'^REPO_URL = "(.*)"', cell, re.M) == [f"https://github.com/{badge.group(1)}"]
+
+
+@pytest.mark.parametrize("where", ["in the repository", "next to an earlier clone"])
+def test_notebook_03_finds_an_existing_checkout_before_cloning(tmp_path, monkeypatch, where):
+    if where == "in the repository":
+        monkeypatch.chdir(REPO / "notebooks")
+        expected = REPO
+    else:  # Colab after the restart: ./grpo-magic is there from the first run of the cell
+        (tmp_path / "grpo-magic").symlink_to(REPO)
+        monkeypatch.chdir(tmp_path)
+        expected = (tmp_path / "grpo-magic").resolve()
+    cell = _install_cell().replace('REPO_URL = "', 'REPO_URL = "file:///nowhere/never-cloned', 1)
+    namespace: dict = {}
+    exec(compile(cell, "03_hotel_agent.ipynb", "exec"), namespace)  # the clone would fail: it must not be tried
+    assert namespace["root"] == expected
+
+
+def test_notebook_03_says_what_to_set_when_there_is_neither_a_checkout_nor_a_clone(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cell = _install_cell().replace('REPO_URL = "https://github.com/', f'REPO_URL = "{tmp_path}/no-such-repo/', 1)
+    with pytest.raises(RuntimeError) as info:
+        exec(compile(cell, "03_hotel_agent.ipynb", "exec"), {})
+    message = str(info.value)
+    assert "set REPO_URL to your copy's URL" in message and "no-such-repo" in message and message.count("\n") == 0
