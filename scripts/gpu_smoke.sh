@@ -163,15 +163,16 @@ if [ "$GPUS" -ge 2 ]; then
   echo "== 2. server mode: trl vllm-serve on the last GPU, training on the other $((GPUS - 1))"
   (cd "$WORK" && grpo-magic train "${COMMON[@]}" --use-vllm --vllm-mode server --vllm-server-gpus 1 \
     --vllm-server-port 8011 --dry-run)
-  rm -f "$WORK/server.episodes"
+  rm -f "$WORK/server.episodes" "$WORK/server.episodes.wrong-device"
   start=$(date +%s)
   (cd "$WORK" && SMOKE_LOG="$WORK/server.episodes" timeout 1800 grpo-magic train "${COMMON[@]}" --use-vllm \
     --vllm-mode server --vllm-server-gpus 1 --vllm-server-port 8011 --vllm-server-timeout 600 \
-    --project-name "$WORK/server" --quiet)
+    ${WORKERS[@]+"${WORKERS[@]}"} --project-name "$WORK/server" --quiet)
   rc=$?
   echo "  exit status $rc after $(( $(date +%s) - start )) s"
   [ $rc -eq 0 ] || status=1
   summary "$WORK/server" "$WORK/server.episodes"
+  [ -f "$WORK/server.episodes.wrong-device" ] && status=1
   echo "  vLLM server log (last lines of $WORK/server/vllm-server.log):"
   tail -n 8 "$WORK/server/vllm-server.log" 2>/dev/null | sed 's/^/    /'
   if curl -sf -m 2 http://127.0.0.1:8011/health >/dev/null 2>&1; then
