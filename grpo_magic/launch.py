@@ -286,7 +286,7 @@ def server_args(params: GRPOParams, model_path: str, server_gpus: list[str]) -> 
     unless the model has experts. The dtype is the run's precision (``device.choose_precision``), so that
     the server samples in what the trainer trains in; the context is the run's (``preflight.vllm_context_length``).
     """
-    from .device import choose_precision, vllm_dtype
+    from .device import vllm_dtype
     from .models import is_mixture_of_experts
 
     s, tp = params.vllm_server_gpus, params.vllm_tensor_parallel_size
@@ -299,9 +299,7 @@ def server_args(params: GRPOParams, model_path: str, server_gpus: list[str]) -> 
                 f"--vllm-tensor-parallel-size {s} (one model copy on all {s} server GPUs) or --vllm-server-gpus {tp}."
             )
         args += ["--data-parallel-size", str(s // tp)]
-    explicit = params.__dict__.get("trl_settings") or {}  # an explicit TRL bf16/fp16 wins, as in GRPOParams.precision
-    precision = choose_precision(explicit.get("bf16"), explicit.get("fp16"),
-                                 device=_cuda_index(server_gpus[0]) if server_gpus else None)
+    precision = params.precision(device=_cuda_index(server_gpus[0]) if server_gpus else None)
     if precision != "fp32":  # float32 (no CUDA here, e.g. a dry run elsewhere): vLLM's auto picks the same way
         args += ["--dtype", vllm_dtype(precision)]  # type: ignore[arg-type]
     return [*args, "--max-model-len", str(_server_context_length(params, model_path))]

@@ -364,8 +364,8 @@ class GRPOParams:
         kwargs.update(overrides)
         return kwargs
 
-    def precision(self) -> str:
-        """bf16, fp16 or fp32 for this run on this device: ``device.choose_precision``, the one decision.
+    def precision(self, device: int | None = None) -> str:
+        """bf16, fp16 or fp32 for this run on this (or that CUDA) device: ``device.choose_precision``, the one decision.
 
         An explicit TRL ``bf16``/``fp16`` setting (in ``trl_settings`` where that bag of TRL fields
         exists) wins over the automatic choice.
@@ -373,7 +373,7 @@ class GRPOParams:
         from .device import choose_precision
 
         explicit = self.__dict__.get("trl_settings") or {}
-        return choose_precision(explicit.get("bf16"), explicit.get("fp16"))
+        return choose_precision(explicit.get("bf16"), explicit.get("fp16"), device=device)
 
 
 @functools.cache

@@ -446,17 +446,21 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
                 if status == "completed":
                     status = "failed"
         # Release the run's GPU objects before saying it finished: the next run may start at once.
-        if reward is not None:
-            reward.release()
-        run._detach_reward()
-        if trainer is not None:
-            release_trainer(trainer, end_vllm_distributed=not launched)
-        trainer = model = reward = callback = None
-        _forget_frames(run.exception)
-        if not launched and not had_process_group:
-            end_distributed()  # one this run made (vLLM's colocated engine): the next run is not distributed
-        restore_environment(environment)
-        _free_gpu_memory()
+        try:
+            if reward is not None:
+                reward.release()
+            run._detach_reward()
+            if trainer is not None:
+                release_trainer(trainer, end_vllm_distributed=not launched)
+            _forget_frames(run.exception)
+            if not launched and not had_process_group:
+                end_distributed()  # one this run made (vLLM's colocated engine): the next run is not distributed
+        except Exception as exc:  # noqa: BLE001 - report it; the run must still say how it ended
+            reason = f"{reason}; releasing its GPU memory failed: {type(exc).__name__}: {exc}".lstrip("; ")
+        finally:
+            trainer = model = reward = callback = None
+            restore_environment(environment)
+            _free_gpu_memory()
         run.events.emit(RunFinished(status=status, reason=redact(reason), output_dir=str(run.output_dir),
                                     steps=run.step, saved=saved))
         run._finished.set()
