@@ -94,7 +94,7 @@ def build_model(dest: str, smoke: bool) -> dict[str, Any]:
     config = Qwen2Config(vocab_size=len(tokenizer), tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
                          eos_token_id=tokenizer.eos_token_id, bos_token_id=None, **sizes)
     torch.manual_seed(0)
-    dtype = torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
+    dtype = _load_dtype()
     model = Qwen2ForCausalLM(config).to(dtype)
     model.generation_config = GenerationConfig(eos_token_id=[tokenizer.eos_token_id, tokenizer.pad_token_id],
                                                pad_token_id=tokenizer.pad_token_id, do_sample=True)
@@ -107,10 +107,17 @@ def build_model(dest: str, smoke: bool) -> dict[str, Any]:
 # ================================================================================== the two sides
 
 
-def _bf16() -> bool:
-    import torch
+def _precision() -> dict[str, bool]:
+    """GRPOConfig's bf16/fp16 as grpo_magic chooses them for this GPU (a plain TRL user on a T4 picks fp16 too)."""
+    from grpo_magic.device import choose_precision, grpo_precision_kwargs
 
-    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    return grpo_precision_kwargs(choose_precision())
+
+
+def _load_dtype() -> Any:
+    from grpo_magic.device import choose_precision, load_dtype
+
+    return load_dtype(choose_precision())
 
 
 def _cuda() -> bool:
@@ -139,7 +146,7 @@ def _plain_config(out: str, work: dict[str, Any], use_vllm: bool = False):
         per_device_train_batch_size=work["batch_size"], learning_rate=COMMON["lr"], beta=COMMON["rl_kl_coef"],
         max_steps=work["steps"], seed=COMMON["seed"], temperature=1.0, top_k=50, top_p=1.0, epsilon=0.2,
         loss_type="dapo", num_train_epochs=1, gradient_accumulation_steps=1, logging_steps=1, save_steps=500,
-        save_strategy="steps", report_to=[], bf16=_bf16(), dataloader_pin_memory=_cuda(), disable_tqdm=True,
+        save_strategy="steps", report_to=[], **_precision(), dataloader_pin_memory=_cuda(), disable_tqdm=True,
         log_completions=False, **extra,
     )
 
@@ -182,12 +189,11 @@ def run_grpo_magic(model_path: str, work: dict[str, Any], env: Any, *, env_confi
 
 
 def _load_plain(model_path: str):
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16 if _bf16() else torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=_load_dtype())
     return model, tokenizer
 
 

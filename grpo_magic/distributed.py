@@ -14,6 +14,11 @@ from typing import Any
 #: Set in the processes the launcher starts, so that they train instead of launching again.
 LAUNCHED_ENV = "GRPO_MAGIC_LAUNCHED"
 
+#: What TRL's colocated vLLM writes into ``os.environ`` for vLLM (trl/generation/vllm_generation.py,
+#: ``ensure_master_addr_port``) and leaves there: the next run in the process would read them as a
+#: distributed launch (``world_size``, ``inside_launch``). A run puts them back as they were.
+TRL_ENV_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
 
 def world_size() -> int:
     """Processes training together (torchrun and accelerate launch set WORLD_SIZE)."""
@@ -28,6 +33,27 @@ def is_main_process() -> bool:
 def inside_launch() -> bool:
     """True in a process started by a launcher (ours, accelerate launch or torchrun)."""
     return bool(os.environ.get(LAUNCHED_ENV)) or "LOCAL_RANK" in os.environ or world_size() > 1
+
+
+def environment_snapshot(names: tuple[str, ...] = TRL_ENV_VARS) -> dict[str, str | None]:
+    """The values of ``names`` in ``os.environ`` now (None: unset), for ``restore_environment``."""
+    return {name: os.environ.get(name) for name in names}
+
+
+def restore_environment(snapshot: dict[str, str | None]) -> None:
+    """Put the variables of a snapshot back as they were: set ones to their value, unset ones removed."""
+    for name, value in snapshot.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def distributed_initialized() -> bool:
+    """True when this process has a torch.distributed process group (without importing torch)."""
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None) if torch is not None else None
+    return bool(dist is not None and dist.is_available() and dist.is_initialized())
 
 
 def distributed_overrides() -> dict[str, Any]:

@@ -126,11 +126,12 @@ class AsyncLoop:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
+        self._cuda_device = submitter_cuda_device()  # the loop's thread computes where its creator does
         self.thread = threading.Thread(target=self._run, name="grpo-magic-episodes", daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
-        no_grad_for_this_thread()
+        no_grad_for_this_thread(self._cuda_device)
         asyncio.set_event_loop(self.loop)
         try:
             self.loop.run_forever()
@@ -197,13 +198,32 @@ class EpisodeThreads:
             self._tasks.put(None)
 
 
-def no_grad_for_this_thread() -> None:
-    """Grad mode is per thread in torch: episodes in worker threads must switch it off themselves."""
+def no_grad_for_this_thread(cuda_device: int | None = None) -> None:
+    """Grad mode and the CUDA device are per thread in torch: episodes in worker threads set both themselves.
+
+    ``cuda_device``: the submitting thread's (``device.current_cuda_device``). accelerate sets each
+    process's device on its main thread only, so without this an episode on rank 1 would run the
+    policy or that rank's vLLM engine from ``cuda:0``.
+    """
     try:
         import torch
     except ImportError:  # an env checked without torch (tests of the adapter alone)
         return
     torch.set_grad_enabled(False)
+    from .device import use_cuda_device
+
+    use_cuda_device(cuda_device)
+
+
+def submitter_cuda_device() -> int | None:
+    """The calling thread's CUDA device (None without torch or CUDA), for the threads it hands episodes to."""
+    try:
+        import torch  # noqa: F401 - only to know whether it is there
+    except ImportError:
+        return None
+    from .device import current_cuda_device
+
+    return current_cuda_device()
 
 
 @contextmanager
@@ -314,6 +334,7 @@ class EpisodeRunner:
         results: list[EpisodeOutcome | None] = [None] * n
         tickets = [Ticket() for _ in range(n)]
         done = threading.Condition()
+        cuda_device = submitter_cuda_device()  # this step's: threads are kept between steps (EpisodeThreads)
 
         def work(i: int) -> None:
             ticket = tickets[i]
@@ -322,7 +343,7 @@ class EpisodeRunner:
                     self.guard.finish(ticket)
                     return
                 ticket.started = True
-            no_grad_for_this_thread()
+            no_grad_for_this_thread(cuda_device)
             token = _TICKET.set(ticket)
             try:
                 outcome = self._run_one(episodes[i])

@@ -269,17 +269,65 @@ def plan_launch(params: GRPOParams, options: LaunchOptions, *, gpus: list[str] |
         from .models import resolve_model
 
         model_path = resolve_model(params.model or "")
-        s, tp = params.vllm_server_gpus, params.vllm_tensor_parallel_size
-        serve = [*_tool("trl", "trl.cli.main"), "vllm-serve", "--model", model_path,
-                 "--tensor-parallel-size", str(tp)]
-        if s > tp:
-            serve += ["--data-parallel-size", str(s // tp)]
-        serve += ["--host", SERVER_HOST, "--port", str(options.vllm_server_port)]
+        serve = [*_tool("trl", "trl.cli.main"), "vllm-serve", *server_args(params, model_path, server_gpus),
+                 "--host", SERVER_HOST, "--port", str(options.vllm_server_port)]
         server = Command("vllm-server", serve, {"CUDA_VISIBLE_DEVICES": ",".join(server_gpus)},
                          log=output_dir / SERVER_LOG_NAME)
     return LaunchPlan(gpus=gpus, train_gpus=train_gpus, server_gpus=server_gpus, num_processes=n,
                       launcher=launcher, train=train, server=server, server_url=server_url,
                       server_timeout=options.vllm_server_timeout, output_dir=output_dir)
+
+
+def server_args(params: GRPOParams, model_path: str, server_gpus: list[str]) -> list[str]:
+    """``trl vllm-serve``'s model, parallelism, dtype and context for this run's server GPUs.
+
+    More server GPUs than the tensor-parallel size would be vLLM data parallelism, which TRL documents as
+    failing for dense models (``trl vllm-serve --help``: "will error out", vLLM PR #30739): refused here
+    unless the model has experts. The dtype is the run's precision (``device.choose_precision``), so that
+    the server samples in what the trainer trains in; the context is the run's (``preflight.vllm_context_length``).
+    """
+    from .device import vllm_dtype
+    from .models import is_mixture_of_experts
+
+    s, tp = params.vllm_server_gpus, params.vllm_tensor_parallel_size
+    args = ["--model", model_path, "--tensor-parallel-size", str(tp)]
+    if s > tp:
+        if not is_mixture_of_experts(model_path):
+            raise GRPOMagicError(
+                f"vllm_server_gpus {s} with vllm_tensor_parallel_size {tp} would run trl vllm-serve with "
+                f"--data-parallel-size {s // tp}, which TRL says errors out for a dense model like {params.model}; use "
+                f"--vllm-tensor-parallel-size {s} (one model copy on all {s} server GPUs) or --vllm-server-gpus {tp}."
+            )
+        args += ["--data-parallel-size", str(s // tp)]
+    precision = params.precision(device=_cuda_index(server_gpus[0]) if server_gpus else None)
+    if precision != "fp32":  # float32 (no CUDA here, e.g. a dry run elsewhere): vLLM's auto picks the same way
+        args += ["--dtype", vllm_dtype(precision)]  # type: ignore[arg-type]
+    return [*args, "--max-model-len", str(_server_context_length(params, model_path))]
+
+
+def _cuda_index(name: str) -> int | None:
+    """The CUDA index, in this process, of a GPU named as CUDA_VISIBLE_DEVICES names it (None: not a visible one)."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    names = [n.strip() for n in listed.split(",")] if listed is not None else None
+    if names is not None:
+        return names.index(name) if name in names else None
+    return int(name) if name.isdigit() else None
+
+
+def _server_context_length(params: GRPOParams, model_path: str) -> int:
+    """The server's ``--max-model-len``: the explicit one, else the longest prompt plus ``rl_max_new_tokens``.
+
+    The env's dataset is built here for it, as every training process will (a bad env is said here, once).
+    """
+    if params.vllm_max_model_length is not None:
+        return params.vllm_max_model_length
+    from .env import prepare_env, resolve_env
+    from .models import load_tokenizer
+    from .preflight import vllm_context_length
+
+    tokenizer = load_tokenizer(model_path)
+    prepared = prepare_env(resolve_env(params, None), tokenizer)
+    return vllm_context_length(params, prepared.dataset, tokenizer, model_path, prepared.tools)
 
 
 def _child_args(params: GRPOParams, options: LaunchOptions) -> list[str]:

@@ -129,6 +129,10 @@ class GRPOParams:
     vllm_server_gpus: int = _p(
         1, "GPUs given to the vLLM server in server mode, taken from the training processes.", "vLLM", ge=1,
     )
+    vllm_max_model_length: int | None = _p(
+        None, "vLLM's context in tokens, prompt plus completion (empty: the longest prompt plus rl_max_new_tokens, "
+        "so vLLM does not reserve KV cache for the model's whole context).", "vLLM", ge=1, trl="vllm_max_model_length",
+    )
 
     # Evaluation (docs/architecture.md, "Evaluation")
     eval_split: float | None = _p(
@@ -335,7 +339,8 @@ class GRPOParams:
         Building a ``TrainingArguments`` resets accelerate's process state, which a run training in
         this process needs: readers of a run's settings (``rescore``) use these instead.
         """
-        from .models import has_cuda, supports_bf16
+        from .device import grpo_precision_kwargs
+        from .models import has_cuda
 
         kwargs: dict[str, Any] = dict(
             output_dir=output_dir or self.project_name,
@@ -363,7 +368,7 @@ class GRPOParams:
             save_strategy="steps",
             report_to=[] if self.report_to == "none" else [self.report_to],
             push_to_hub=self.push_to_hub,
-            bf16=supports_bf16(),
+            **grpo_precision_kwargs(self.precision()),
             dataloader_pin_memory=has_cuda(),  # pinning on a CPU-only machine only warns
             log_completions=False,
             disable_tqdm=True,
@@ -372,6 +377,8 @@ class GRPOParams:
             kwargs["vllm_server_base_url"] = self.vllm_server_url
         if self.eval_steps is not None:  # TRL's eval loop on the held-out prompts (docs/architecture.md, "Evaluation")
             kwargs.update(self.eval_config_kwargs())
+        if self.vllm_max_model_length is not None:
+            kwargs["vllm_max_model_length"] = self.vllm_max_model_length
         kwargs.update(overrides)
         return kwargs
 
@@ -384,6 +391,17 @@ class GRPOParams:
         prompts = max(1, math.ceil(self.batch_size / self.eval_samples))
         return dict(eval_strategy="steps", eval_steps=self.eval_steps, eval_on_start=True,
                     num_generations_eval=self.eval_samples, per_device_eval_batch_size=self.eval_samples * prompts)
+
+    def precision(self, device: int | None = None) -> str:
+        """bf16, fp16 or fp32 for this run on this (or that CUDA) device: ``device.choose_precision``, the one decision.
+
+        An explicit TRL ``bf16``/``fp16`` setting (in ``trl_settings`` where that bag of TRL fields
+        exists) wins over the automatic choice.
+        """
+        from .device import choose_precision
+
+        explicit = self.__dict__.get("trl_settings") or {}
+        return choose_precision(explicit.get("bf16"), explicit.get("fp16"), device=device)
 
 
 @functools.cache

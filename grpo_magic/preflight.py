@@ -89,6 +89,36 @@ def check_generation_length(params: GRPOParams, model_path: str) -> None:
         )
 
 
+def longest_prompt_tokens(dataset: Any, tokenizer: Any, tools: list[dict[str, Any]] | None = None) -> int:
+    """The longest prompt of ``dataset`` in tokens, as TRL renders it (chat prompts through the template, with tools)."""
+    prompts = dataset["prompt"] if dataset is not None and "prompt" in dataset.column_names else []
+    texts = [p for p in prompts if isinstance(p, str)]
+    longest = max((len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]), default=0) if texts else 0
+    for prompt in prompts:
+        if not isinstance(prompt, str):
+            ids = tokenizer.apply_chat_template(prompt, tools=tools or None, add_generation_prompt=True,
+                                                tokenize=True, return_dict=False)
+            longest = max(longest, len(ids))
+    return longest
+
+
+def vllm_context_length(params: GRPOParams, dataset: Any, tokenizer: Any, model_path: str,
+                        tools: list[dict[str, Any]] | None = None) -> int:
+    """vLLM's ``max_model_len`` for this run: the explicit ``vllm_max_model_length``, else the longest prompt plus
+    ``rl_max_new_tokens`` (TRL bounds a whole tool loop's completion by it), never above the model's context.
+
+    Left unset, vLLM reserves KV cache for the model's whole context (32K-128K tokens), which does not fit a
+    T4 or an L4 at the default 0.3 share of GPU memory.
+    """
+    if params.vllm_max_model_length is not None:
+        return params.vllm_max_model_length
+    from .models import model_context_length
+
+    length = longest_prompt_tokens(dataset, tokenizer, tools) + params.rl_max_new_tokens
+    context = model_context_length(model_path)
+    return min(length, context) if context else length
+
+
 def check_vllm_installed(cuda: bool = True) -> None:
     if importlib.util.find_spec("vllm") is None:
         raise GRPOMagicError(

@@ -372,10 +372,11 @@ def rescore(
                 f"such column (they have {', '.join(have)}) and {unknown} of its {len(groups)} prompts are not in "
                 "the env's dataset; give it a default, or rescore a run of an env with that column."
             )
-    if isinstance(model, str):
+    if isinstance(model, str):  # in the run's precision, on the device a run would use (the GPU when there)
+        from .device import place_model
         from .models import load_model, resolve_model
 
-        model = load_model(resolve_model(model), tokenizer=tok)
+        model = place_model(load_model(resolve_model(model), tokenizer=tok))
     settings = advantage_settings(logged.params)
     run_workers = logged.params.get("rl_env_workers") or 1
     reward = EnvReward(env_obj, workers=int(workers or run_workers), timeout=logged.params.get("rl_episode_timeout"),

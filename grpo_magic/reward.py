@@ -141,6 +141,13 @@ class EnvReward:
     def close(self) -> None:
         self.runner.close()
 
+    def release(self) -> None:
+        """Forget the policy, tokenizer and generator (which may hold TRL's vLLM engine) once the run is over."""
+        self.close()
+        self.model = self.tokenizer = self.generator = None
+        with self._swap_lock:
+            self._swap = None
+
     def request_swap(self, env: Any, on_applied: Callable[[int], None] | None = None,
                      make_env: Callable[[], Any] | None = None) -> None:
         """Score with ``env`` from the next step on (any thread); ``on_applied(step)`` says when.

@@ -16,7 +16,16 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from .distributed import distributed_overrides, is_main_process, world_size
+from .distributed import (
+    distributed_initialized,
+    distributed_overrides,
+    end_distributed,
+    environment_snapshot,
+    inside_launch,
+    is_main_process,
+    restore_environment,
+    world_size,
+)
 from .env import EnvSpec, PreparedEnv
 from .errors import GRPOMagicError
 from .events import (
@@ -192,6 +201,11 @@ class GRPORun:
                 self._reward.request_swap(prepared.env, applied, make_env)
         return spec
 
+    def _detach_reward(self) -> None:
+        """The run is over: it no longer reaches the reward adapter (nor, through it, the policy)."""
+        with self._swap_lock:
+            self._reward, self._pending_swap = None, None
+
     def _attach_reward(self, reward: EnvReward) -> None:
         with self._swap_lock:
             self._reward, pending, self._pending_swap = reward, self._pending_swap, None
@@ -354,7 +368,8 @@ def _oom_hint(exc: BaseException) -> str:
     if "out of memory" in text.lower() or type(exc).__name__ == "OutOfMemoryError":
         return (
             f"{text}. The GPU ran out of memory; lower --rl-max-new-tokens, --rl-num-generations or --batch-size "
-            "(or --vllm-gpu-memory-utilization with vLLM), or use --peft."
+            "(with vLLM: --vllm-max-model-length, the context vLLM reserves KV cache for, or "
+            "--vllm-gpu-memory-utilization), or use --peft."
         )
     return text
 
@@ -375,10 +390,49 @@ def _quiet_libraries() -> None:
         warnings.filterwarnings("ignore", message=pattern)
 
 
+def run_config_overrides(params: GRPOParams, prepared: PreparedEnv, tokenizer: Any, model_path: str) -> dict[str, Any]:
+    """What a run adds to its params' ``GRPOConfig`` here: the process's distributed settings and, with vLLM,
+    the context vLLM reserves KV cache for (``preflight.vllm_context_length``)."""
+    overrides = distributed_overrides()
+    if params.use_vllm:
+        from .preflight import vllm_context_length
+
+        overrides["vllm_max_model_length"] = vllm_context_length(params, prepared.dataset, tokenizer, model_path,
+                                                                 prepared.tools)
+    return overrides
+
+
+def _forget_frames(exc: BaseException | None) -> None:
+    """Clear the locals of a kept failure's frames (the trainer, the policy), keeping its traceback text.
+
+    ``run.exception`` lives as long as the run (``last_run()``), and each frame of its traceback holds
+    that frame's locals: the policy and TRL's trainer would stay in GPU memory.
+    """
+    import traceback
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        exc = exc.__cause__ or exc.__context__
+
+
+def _free_gpu_memory() -> None:
+    """Collect what the run let go of and hand CUDA's cached blocks back (memory back for the next run)."""
+    import gc
+
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path: str, tokenizer: Any,
              trainer_callbacks: list[Any], checkpoint: str | None) -> None:
+    from .device import load_dtype
     from .models import load_model, lora_config
     from .trainer import build_trainer, events_callback, save_abandoned
+    from .trl_compat import release_trainer
 
     trainer = None
     reward: EnvReward | None = None
@@ -422,12 +476,18 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         run.max_steps = max_steps
         run.events.emit(StatusChanged(status="training", message=f"{max_steps} steps"))
 
+    # What the run must leave as it found it: TRL's environment variables, and no process group of its own.
+    environment, launched, had_process_group = environment_snapshot(), inside_launch(), distributed_initialized()
+    model: Any = None
     try:
         _quiet_libraries()
         run.events.emit(StatusChanged(status="loading model", message=params.model or ""))
-        model = load_model(model_path, tokenizer=tokenizer)  # resizes embeddings if a pad token was added
+        # The one precision decision (device.choose_precision) for the weights here and GRPOConfig's bf16/fp16.
+        dtype = load_dtype(params.precision(), peft=params.peft)  # type: ignore[arg-type]
+        model = load_model(model_path, tokenizer=tokenizer, dtype=dtype)  # resizes embeddings if a pad token was added
         resumed = {"eval_on_start": False} if checkpoint is not None and params.eval_steps is not None else {}
-        config = params.to_grpo_config(str(run.output_dir), **distributed_overrides(), **resumed)
+        config = params.to_grpo_config(str(run.output_dir),
+                                       **run_config_overrides(params, prepared, tokenizer, model_path), **resumed)
         # Failures are deferred: the trainer raises them once the step's episodes are events (trainer.StepObserver).
         reward = EnvReward(prepared.env, workers=params.rl_env_workers, timeout=params.rl_episode_timeout,
                            max_error_rate=params.rl_max_error_rate, agent=prepared.agent, defer_failure=True)
@@ -472,8 +532,22 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
                 reason = f"{reason}; saving the weights failed too: {type(exc).__name__}: {exc}".lstrip("; ")
                 if status == "completed":
                     status = "failed"
-        if reward is not None:
-            reward.close()
+        # Release the run's GPU objects before saying it finished: the next run may start at once.
+        try:
+            if reward is not None:
+                reward.release()
+            run._detach_reward()
+            if trainer is not None:
+                release_trainer(trainer, end_vllm_distributed=not launched)
+            _forget_frames(run.exception)
+            if not launched and not had_process_group:
+                end_distributed()  # one this run made (vLLM's colocated engine): the next run is not distributed
+        except Exception as exc:  # noqa: BLE001 - report it; the run must still say how it ended
+            reason = f"{reason}; releasing its GPU memory failed: {type(exc).__name__}: {exc}".lstrip("; ")
+        finally:
+            trainer = model = reward = callback = None
+            restore_environment(environment)
+            _free_gpu_memory()
         run.events.emit(RunFinished(status=status, reason=redact(reason), output_dir=str(run.output_dir),
                                     steps=run.step, saved=saved))
         run._finished.set()

@@ -279,6 +279,44 @@ def vllm_engine(trainer: Any) -> VLLMEngine | None:
     )
 
 
+
+def release_trainer(trainer: Any, *, end_vllm_distributed: bool = False) -> None:
+    """Let go of what a finished trainer holds on the GPU: TRL's vLLM engine (colocate) and client (server).
+
+    TRL keeps the engine on ``trainer.vllm_generation`` for the trainer's life, and a notebook keeps
+    objects alive long after a run (the last run, a traceback): a second run in the same kernel would
+    start a second engine next to the first. ``end_vllm_distributed``: also end vLLM's (and torch's)
+    process groups, which vLLM made in this process for a run that was not launched with several.
+    """
+    import contextlib
+
+    engine = getattr(trainer, "vllm_generation", None)
+    client = getattr(engine, "vllm_client", None) or getattr(trainer, "vllm_client", None)
+    if client is not None:
+        with contextlib.suppress(Exception):  # the server may be gone already; nothing to release then
+            client.close_communicator()
+    llm = getattr(engine, "llm", None)
+    for owner in (engine, trainer):
+        for name in ("llm", "vllm_client"):
+            if owner is not None and getattr(owner, name, None) is not None:
+                setattr(owner, name, None)
+    if llm is not None:
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        with contextlib.suppress(Exception):  # vLLM's engine core (v1): its workers and their memory
+            if core is not None and callable(getattr(core, "shutdown", None)):
+                core.shutdown()
+        del llm
+    if end_vllm_distributed:
+        import sys
+
+        parallel_state = sys.modules.get("vllm.distributed.parallel_state")
+        if parallel_state is not None:
+            with contextlib.suppress(Exception):
+                parallel_state.destroy_model_parallel()
+            with contextlib.suppress(Exception):
+                parallel_state.destroy_distributed_environment()
+
+
 def vllm_max_model_len(llm: Any) -> int | None:
     """The context length of TRL's colocated ``vllm.LLM`` (None when it cannot be read)."""
     try:

@@ -6,8 +6,14 @@
 #   1. --use-vllm --vllm-mode colocate (every visible GPU; episodes continue on the colocated engine)
 #   2. --use-vllm --vllm-mode server: grpo-magic starts `trl vllm-serve` on the last GPU and trains on
 #      the others (needs 2 GPUs or more; skipped with one)
+#   3. the GPU path in one Python process (scripts/gpu_smoke_inprocess.py): the dtype choose_precision
+#      picks for this GPU and the one the policy, GRPOConfig and the colocated vLLM engine use;
+#      vllm_max_model_length (the longest prompt plus rl_max_new_tokens, not the model's 32K); then a second
+#      run in the same process after the first: memory_allocated back, no process group, no RANK/WORLD_SIZE
 # and prints what it saw: the launch plan, steps, groups, rewards, errors, and which engine the
-# env's generation helper used, with its latency per episode.
+# env's generation helper used, with its latency per episode. With 2 GPUs or more, run 1 trains with
+# --rl-env-workers 2 and each episode records its thread's torch.cuda.current_device(), which must be
+# its rank's (LOCAL_RANK).
 #
 #   scripts/gpu_smoke.sh                 # STEPS=3 WORK=/tmp/grpo-gpu-smoke.XXXX by default
 #   STEPS=5 WORK=/scratch/smoke scripts/gpu_smoke.sh
@@ -41,7 +47,7 @@ tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_path()))
 # Qwen2.5-0.5B's shape (494M parameters with its 151936-token vocabulary, tied embeddings).
 config = Qwen2Config(
     vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-    num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=4096, rope_theta=1000000.0,
+    num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1000000.0,
     rms_norm_eps=1e-6, tie_word_embeddings=True, initializer_range=0.02,
     bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
     pad_token_id=tokenizer.pad_token_id,
@@ -62,6 +68,8 @@ cat > "$WORK/smoke_env.py" <<'PY'
 import os
 import time
 
+import torch
+
 from envs.hotel_env import HotelEnv
 
 
@@ -75,7 +83,10 @@ class SmokeHotelEnv(HotelEnv):
         result = self.run_episode(model, tokenizer, completion, case_idx, generator=generator)
         with open(os.environ["SMOKE_LOG"], "a") as f:
             backend = getattr(generator, "backend", "none")
-            f.write(f"{os.environ.get('RANK', '0')} {backend} {result.turns} {time.perf_counter() - start:.3f}\n")
+            # The CUDA device of the thread that ran the episode, next to its rank's own (LOCAL_RANK).
+            current = torch.cuda.current_device() if torch.cuda.is_available() else -1
+            f.write(f"{os.environ.get('RANK', '0')} {backend} {result.turns} {time.perf_counter() - start:.3f} "
+                    f"{current} {os.environ.get('LOCAL_RANK', '0')}\n")
         return result.score
 PY
 
@@ -111,8 +122,14 @@ try:
 except FileNotFoundError:
     rows = []
 by_backend = collections.defaultdict(list)
-for rank, backend, turns, seconds in rows:
+for rank, backend, turns, seconds, *_ in rows:
     by_backend[(rank, backend)].append((int(turns), float(seconds)))
+devices = sorted({(row[0], row[4]) for row in rows if len(row) >= 6})
+print(f"  episode threads' CUDA device per rank (rank, current_device): {devices}")
+wrong_device = [row for row in rows if len(row) >= 6 and row[4] != row[5]]
+if wrong_device:
+    print(f"  PROBLEM: {len(wrong_device)} episodes ran on another GPU than their rank's, e.g. {wrong_device[0]}")
+    open(log + ".wrong-device", "w").write(str(len(wrong_device)))
 for (rank, backend), items in sorted(by_backend.items()):
     multi = [s for t, s in items if t > 1]
     print(f"  rank {rank}: {len(items)} episodes with generator {backend}; {len(multi)} continued past turn 1"
@@ -126,31 +143,36 @@ COMMON=(--model "$MODEL" --rl-env-module smoke_env --rl-env-class SmokeHotelEnv
         --rl-max-error-rate 1 --save-steps 1000)
 GPUS=$(python -c "import torch; print(torch.cuda.device_count())")
 status=0
+WORKERS=()
+[ "$GPUS" -ge 2 ] && WORKERS=(--rl-env-workers 2)  # episodes in threads on every rank: their CUDA device is checked
 
 echo "== 1. colocate on $GPUS GPU(s)"
 (cd "$WORK" && grpo-magic train "${COMMON[@]}" --use-vllm --vllm-mode colocate --dry-run)
-rm -f "$WORK/colocate.episodes"
+rm -f "$WORK/colocate.episodes" "$WORK/colocate.episodes.wrong-device"
 start=$(date +%s)
 (cd "$WORK" && SMOKE_LOG="$WORK/colocate.episodes" timeout 1200 grpo-magic train "${COMMON[@]}" --use-vllm \
-  --vllm-mode colocate --vllm-gpu-memory-utilization 0.3 --project-name "$WORK/colocate" --quiet)
+  --vllm-mode colocate --vllm-gpu-memory-utilization 0.3 ${WORKERS[@]+"${WORKERS[@]}"} \
+  --project-name "$WORK/colocate" --quiet)
 rc=$?
 echo "  exit status $rc after $(( $(date +%s) - start )) s"
 [ $rc -eq 0 ] || status=1
 summary "$WORK/colocate" "$WORK/colocate.episodes"
+[ -f "$WORK/colocate.episodes.wrong-device" ] && status=1
 
 if [ "$GPUS" -ge 2 ]; then
   echo "== 2. server mode: trl vllm-serve on the last GPU, training on the other $((GPUS - 1))"
   (cd "$WORK" && grpo-magic train "${COMMON[@]}" --use-vllm --vllm-mode server --vllm-server-gpus 1 \
     --vllm-server-port 8011 --dry-run)
-  rm -f "$WORK/server.episodes"
+  rm -f "$WORK/server.episodes" "$WORK/server.episodes.wrong-device"
   start=$(date +%s)
   (cd "$WORK" && SMOKE_LOG="$WORK/server.episodes" timeout 1800 grpo-magic train "${COMMON[@]}" --use-vllm \
     --vllm-mode server --vllm-server-gpus 1 --vllm-server-port 8011 --vllm-server-timeout 600 \
-    --project-name "$WORK/server" --quiet)
+    ${WORKERS[@]+"${WORKERS[@]}"} --project-name "$WORK/server" --quiet)
   rc=$?
   echo "  exit status $rc after $(( $(date +%s) - start )) s"
   [ $rc -eq 0 ] || status=1
   summary "$WORK/server" "$WORK/server.episodes"
+  [ -f "$WORK/server.episodes.wrong-device" ] && status=1
   echo "  vLLM server log (last lines of $WORK/server/vllm-server.log):"
   tail -n 8 "$WORK/server/vllm-server.log" 2>/dev/null | sed 's/^/    /'
   if curl -sf -m 2 http://127.0.0.1:8011/health >/dev/null 2>&1; then
@@ -163,6 +185,11 @@ else
   (cd "$WORK" && GRPO_MAGIC_FAKE_GPUS=8 grpo-magic train "${COMMON[@]}" --use-vllm --vllm-mode server \
     --vllm-server-gpus 2 --vllm-tensor-parallel-size 2 --dry-run)
 fi
+
+echo "== 3. the GPU path in one process on GPU 0: dtype, vllm_max_model_length, then a second run after the first"
+FIRST_GPU=${CUDA_VISIBLE_DEVICES:-0}
+(cd "$WORK" && SMOKE_LOG="$WORK/inprocess.episodes" CUDA_VISIBLE_DEVICES="${FIRST_GPU%%,*}" \
+  timeout 1500 python "$REPO/scripts/gpu_smoke_inprocess.py" "$MODEL" "$STEPS") || status=1
 
 echo "== gpu_smoke: $([ $status -eq 0 ] && echo OK || echo FAILED) (outputs in $WORK)"
 exit $status

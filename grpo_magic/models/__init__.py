@@ -11,6 +11,7 @@ from .cache import cache_dir
 from .loading import (
     OFFLINE_MODELS,
     has_cuda,
+    is_mixture_of_experts,
     load_model,
     load_tokenizer,
     lora_config,
@@ -32,6 +33,7 @@ __all__ = [
     "WarmStart",
     "cache_dir",
     "has_cuda",
+    "is_mixture_of_experts",
     "load_model",
     "load_tokenizer",
     "lora_config",

@@ -212,6 +212,18 @@ def model_context_length(name_or_path: str) -> int | None:
     return None
 
 
+#: config.json keys of mixture-of-experts models (Mixtral, Qwen-MoE, DeepSeek, OLMoE, gpt-oss...).
+_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok")
+
+
+def is_mixture_of_experts(name_or_path: str) -> bool:
+    """True when the model's config.json names experts (the only models vLLM data parallelism serves)."""
+    config = _read_config(_local_or_id(name_or_path)) or {}
+    sections = (config, *(config.get(k) for k in ("text_config", "llm_config", "language_config")))
+    return any(isinstance(s, dict) and isinstance(s.get(key), int) and s.get(key, 0) > 1
+               for s in sections for key in _EXPERT_KEYS)
+
+
 def has_cuda() -> bool:
     import torch
 
@@ -219,10 +231,10 @@ def has_cuda() -> bool:
 
 
 def supports_bf16() -> bool:
-    """bf16 only where the hardware has it: on CPU, TRL's default bf16 raises."""
-    import torch
+    """bf16 only where the hardware has it natively (``device.choose_precision`` decides what a run uses)."""
+    from ..device import native_bf16
 
-    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    return native_bf16()
 
 
 def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False) -> Any:
@@ -253,18 +265,23 @@ def load_model(
     *,
     trust_remote_code: bool = False,
     tokenizer: Any = None,
+    dtype: Any = None,
 ) -> Any:
-    """Load the causal LM, in bf16 where the hardware supports it and float32 otherwise.
+    """Load the causal LM in ``dtype``; default: the precision ``device.choose_precision`` picks for this device.
+
+    A run passes ``device.load_dtype`` of its precision (bf16 weights; float32 weights under fp16
+    autocast, or an fp16 base under LoRA; float32 on CPU).
 
     Always the plain model: TRL applies LoRA itself from the config made by ``lora_config``. When
     ``tokenizer`` has more tokens than the model's embeddings (a pad token was added), the embeddings
     are resized.
     """
-    import torch
     from transformers import AutoModelForCausalLM
 
+    from ..device import choose_precision, load_dtype
+
     path = _local_or_id(name_or_path)
-    dtype = torch.bfloat16 if supports_bf16() else torch.float32
+    dtype = dtype if dtype is not None else load_dtype(choose_precision())
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
     except Exception as exc:
