@@ -313,8 +313,8 @@ def plan_launch(params: GRPOParams, options: LaunchOptions, *, gpus: list[str] |
     if m > 1 and split:
         raise GRPOMagicError(
             f"--vllm-mode server without --vllm-server-url starts a vLLM server on this machine only, which the other "
-            f"of the --num-machines {m} cannot use; start one server (trl vllm-serve --host 0.0.0.0) and pass its "
-            "--vllm-server-url to every machine, or use --vllm-mode colocate."
+            f"machines of --num-machines {m} cannot reach; start one server (trl vllm-serve --host 0.0.0.0) and pass "
+            "its --vllm-server-url to every machine, or use --vllm-mode colocate."
         )
     if options.num_processes is not None:
         n = options.num_processes
