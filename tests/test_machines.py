@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -159,7 +160,7 @@ def test_losing_machine_1_ends_machine_0_with_a_clear_line_and_a_checkpoint_that
     assert procs[0].returncode == 1, errs[0][-3000:]
     line = next((x for x in errs[0].splitlines() if "lost contact with the other training processes" in x), "")
     assert line.startswith("grpo-magic: error: Training failed: lost contact"), errs[0][-3000:]
-    assert "Traceback" not in errs[0].split("torch.distributed.elastic")[0]  # ours is one line; torchrun's own follows
+    assert not re.search(r'File ".*grpo_magic/', errs[0])  # ours is one line (torchrun prints its own traceback)
     finished = list(read_run_log(out))[-1]
     assert isinstance(finished, RunFinished) and finished.status == "failed"
     saved = last_checkpoint(out)
