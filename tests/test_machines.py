@@ -9,6 +9,7 @@ what they would start and run each node's command with ``--dry-run`` (docs/archi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -178,6 +179,55 @@ def test_losing_machine_1_ends_machine_0_with_a_clear_line_and_a_checkpoint_that
     errs = _finish(resumed)
     assert [p.returncode for p in resumed] == [0, 0], "\n".join(e[-2000:] for e in errs)
     assert _steps(out)[-1] == step + 1 and sum(isinstance(e, RunStarted) for e in read_run_log(out)) == 2
+
+
+def test_sigterm_to_machine_1_s_launcher_stops_both_machines_at_the_same_step_with_a_checkpoint(tmp_path):
+    (tmp_path / "ranked_env.py").write_text(textwrap.dedent(RANKED_ENV))
+    rendezvous = ["--main-process-ip", "127.0.0.1", "--main-process-port", str(_free_port())]
+    procs = _start_nodes(tmp_path, rendezvous, "--max-steps", "500")
+    out = tmp_path / "out"
+    try:
+        _wait_for_step(out, procs, 1)
+        procs[1].send_signal(signal.SIGTERM)  # as scancel does: the launcher forwards it to torchrun, then to training
+        errs = _finish(procs, timeout=240)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                _kill_tree(proc.pid)
+    assert procs[1].returncode == 143, errs[1][-3000:]
+    finished = list(read_run_log(out))[-1]
+    assert isinstance(finished, RunFinished) and finished.status == "stopped" and "SIGTERM" in finished.reason
+    step = _steps(out)[-1]
+    assert finished.steps == step and f"stopped after {step} steps (SIGTERM)" in errs[0], errs[0][-3000:]
+    names = {p.name for p in (out / f"checkpoint-{step}").iterdir()}
+    assert CHECKPOINT_FILES | {"rng_state_0.pth", "rng_state_1.pth"} <= names  # both processes saved their part
+    assert last_checkpoint(out) == str(out / f"checkpoint-{step}")
+
+
+def test_a_frozen_machine_ends_the_other_after_ddp_timeout_with_a_checkpoint(tmp_path):
+    (tmp_path / "ranked_env.py").write_text(textwrap.dedent(RANKED_ENV))
+    rendezvous = ["--main-process-ip", "127.0.0.1", "--main-process-port", str(_free_port())]
+    procs = _start_nodes(tmp_path, rendezvous, "--max-steps", "500", "--ddp-timeout", "20")
+    out = tmp_path / "out"
+    frozen: list[int] = []
+    try:
+        _wait_for_step(out, procs, 1)
+        frozen = _descendants(procs[1].pid)
+        for pid in frozen:  # machine 1 stops answering, its connections stay open: only the timeout can tell
+            os.kill(pid, signal.SIGSTOP)
+        err = procs[0].communicate(timeout=240)[1]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                _kill_tree(proc.pid)
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert procs[0].returncode == 1, err[-3000:]
+    assert "lost contact with the other training processes" in err and "Timed out" in err, err[-3000:]
+    saved = last_checkpoint(out)
+    assert saved is not None and f"is in {saved} (--resume continues from there)" in err
+    assert checkpoint_processes(Path(saved)) == 2
 
 
 # ---------------------------------------------------------------- plans (nothing starts)
