@@ -83,8 +83,7 @@ def end_distributed(barrier: bool = False) -> None:
 #: How gloo and NCCL word a collective call whose peers are gone or silent (torch raises most as RuntimeError).
 _LOST_PEER_WORDS = (
     "connection closed by peer", "connection reset by peer", "broken pipe", "timed out waiting",
-    "timed out", "watchdog caught collective operation timeout", "nccl communicator was aborted",
-    "socket timeout", "remote worker crashing",
+    "watchdog caught collective operation timeout", "nccl communicator was aborted", "remote worker crashing",
 )
 
 
