@@ -486,6 +486,18 @@ def stop_process(process: subprocess.Popen, grace: float = 30.0) -> None:
             continue
 
 
+def _terminate_with_parent() -> None:
+    """In the launched torchrun / accelerate: SIGTERM when the launcher dies, even by SIGKILL (Linux).
+
+    Without it a killed launcher leaves its machine's processes training on, unseen; with it they
+    stop after the step with a checkpoint, as on SIGTERM, and the other machines stop with them.
+    """
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 class _Terminated(Exception):
     """SIGTERM reached the launcher: stop training, then the server, then exit."""
 
@@ -521,7 +533,8 @@ def execute(plan: LaunchPlan, params: GRPOParams) -> int:
         processes = plural(plan.processes_here, "training process", "training processes")
         print(f"grpo-magic: {plan.where()}starting {processes} on {where} "
               f"({plan.launcher})", file=sys.stderr, flush=True)
-        trainer = subprocess.Popen(plan.train.argv, env={**os.environ, **plan.train.env})
+        trainer = subprocess.Popen(plan.train.argv, env={**os.environ, **plan.train.env},
+                                   preexec_fn=_terminate_with_parent if sys.platform == "linux" else None)
         while True:
             try:
                 return trainer.wait()

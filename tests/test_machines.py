@@ -230,6 +230,47 @@ def test_a_frozen_machine_ends_the_other_after_ddp_timeout_with_a_checkpoint(tmp
     assert checkpoint_processes(Path(saved)) == 2
 
 
+# The launcher's torchrun stand-in: says when SIGTERM reaches it.
+CHILD = """
+import os, signal, sys, time
+from pathlib import Path
+out = Path(sys.argv[1])
+signal.signal(signal.SIGTERM, lambda *a: (out.write_text("SIGTERM"), sys.exit(143)))
+out.with_suffix(".pid").write_text(str(os.getpid()))
+time.sleep(120)
+"""
+LAUNCHER = """
+import sys
+from grpo_magic import GRPOParams
+from grpo_magic.launch import Command, LaunchPlan, execute
+plan = LaunchPlan(gpus=[], train_gpus=[], server_gpus=[], num_processes=1, launcher="torchrun",
+                  train=Command("train", [sys.executable, sys.argv[1], sys.argv[2]]))
+execute(plan, GRPOParams(model="tiny", rl_env_module="envs.letters", rl_env_class="LettersEnv"))
+"""
+
+
+def test_a_launcher_killed_outright_still_stops_what_it_started(tmp_path):
+    (tmp_path / "child.py").write_text(CHILD)
+    told = tmp_path / "child.txt"
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path / "child.py"), str(told)], cwd=REPO,
+                                env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not told.with_suffix(".pid").exists():
+            assert launcher.poll() is None and time.monotonic() < deadline, launcher.stderr.read()
+            time.sleep(0.05)
+        launcher.kill()  # SIGKILL: the launcher cannot forward anything
+        launcher.wait()
+        while not told.exists():  # the kernel sends torchrun (here its stand-in) SIGTERM: a Stop, not an orphan
+            assert time.monotonic() < deadline, "the launched process was not told"
+            time.sleep(0.05)
+    finally:
+        if told.with_suffix(".pid").exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(told.with_suffix(".pid").read_text()), signal.SIGKILL)
+    assert told.read_text() == "SIGTERM"
+
+
 # ---------------------------------------------------------------- plans (nothing starts)
 
 BASE = ["train", "--model", "tiny", "--rl-env-module", "envs.letters", "--rl-env-class", "LettersEnv"]
