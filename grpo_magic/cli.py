@@ -106,6 +106,7 @@ def build_parser() -> OneLineParser:
                         help="port of the vLLM server started in server mode without --vllm-server-url (default: 8000)")
     launch.add_argument("--vllm-server-timeout", type=float, default=900.0, metavar="SECONDS",
                         help="how long to wait for that server to answer (default: 900)")
+    add_machine_arguments(train)
     add_eval_command(sub)
     return parser
 
@@ -167,6 +168,31 @@ def eval_main(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     print(redact(json.dumps(report.to_dict(), indent=1, default=str)) if args.json else str(report))
     return 0
+
+
+def _port(text: str) -> int:
+    """A port number, or one sentence (argparse prefixes the flag)."""
+    if not text.strip().isdigit() or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"must be a port number from 1 to 65535, got {text!r}")
+    return int(text)
+
+
+def add_machine_arguments(train: argparse.ArgumentParser) -> None:
+    """Several machines: accelerate launch's flags and meaning, handed to accelerate launch or torchrun."""
+    group = train.add_argument_group(
+        "Several machines", "Run the same command on every machine, each with its own --machine-rank "
+        "(accelerate's names; --num-processes then counts the processes of every machine).")
+    group.add_argument("--num-machines", type=int, default=1, metavar="M", help="machines training together (default: 1)")
+    group.add_argument("--machine-rank", type=int, default=0, metavar="R",
+                       help="this machine's rank, 0 to M-1; 0 is the machine at --main-process-ip (default: 0)")
+    group.add_argument("--main-process-ip", default=None, metavar="HOST",
+                       help="address of machine 0, reachable from every machine (needed when M > 1)")
+    group.add_argument("--main-process-port", type=_port, default=None, metavar="PORT",
+                       help="rendezvous port on machine 0 (default: 29500)")
+    group.add_argument("--rdzv-backend", default="static", metavar="{static,c10d}",
+                       help="static: fixed machine ranks; c10d: torchrun's elastic rendezvous (default: static)")
+    group.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
+                       help="the rendezvous as one HOST:PORT (torchrun's name), instead of --main-process-ip/-port")
 
 
 def _fail(message: str, code: int = 2) -> int:

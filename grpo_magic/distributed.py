@@ -69,6 +69,24 @@ def distributed_overrides() -> dict[str, Any]:
     return {} if torch.cuda.is_available() else {"use_cpu": True}
 
 
+def start_process_group(timeout_s: float) -> None:
+    """On CPU, start the gloo process group with the run's ``ddp_timeout``, before TRL's config is built.
+
+    transformers passes ``ddp_timeout`` to accelerate only off CPU (``use_cpu`` leaves it out), so
+    a CPU run would wait 30 minutes for a frozen machine; accelerate keeps a group that exists.
+    """
+    if world_size() <= 1:
+        return
+    import datetime
+
+    import torch
+
+    dist = torch.distributed
+    if torch.cuda.is_available() or not dist.is_available() or dist.is_initialized():
+        return
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
+
+
 def end_distributed(barrier: bool = False) -> None:
     """Tear down the process group at exit; a live gloo group aborts the interpreter on its way out.
 
@@ -86,3 +104,33 @@ def end_distributed(barrier: bool = False) -> None:
                 dist.barrier()
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
+
+
+#: How gloo and NCCL word a collective call whose peers are gone or silent (torch raises most as RuntimeError).
+_LOST_PEER_WORDS = (
+    "connection closed by peer", "connection reset by peer", "broken pipe", "timed out waiting",
+    "watchdog caught collective operation timeout", "nccl communicator was aborted", "remote worker crashing",
+)
+
+
+def lost_other_processes(exc: BaseException) -> bool:
+    """True for the error of a collective call whose other processes are gone (a machine ended, the network failed).
+
+    Connections that close (a killed process) fail the next collective call at once; a peer that
+    stops answering (a frozen machine) fails it after the process group's timeout (``ddp_timeout``).
+    """
+    if world_size() <= 1:
+        return False
+    dist = getattr(sys.modules.get("torch"), "distributed", None)
+    kinds = tuple(k for k in (getattr(dist, "DistBackendError", None), getattr(dist, "DistNetworkError", None)) if k)
+    if kinds and isinstance(exc, kinds):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and any(words in text for words in _LOST_PEER_WORDS)
+
+
+def lost_processes_reason(exc: BaseException, step: int) -> str:
+    """The one sentence of a run that lost its other processes (the first line of torch's error kept)."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return (f"lost contact with the other training processes during step {step} (a machine or one of its "
+            f"processes ended, or the network between them failed): {type(exc).__name__}: {first}")

@@ -4,6 +4,11 @@ The folder holds the env as a module, ``launch.sh`` with the ``grpo-magic train`
 current form values, and an accelerate config template. ``launch.sh`` runs from any working
 directory (it changes to its own folder, so the module imports) and passes its arguments through
 after the exported flags, so ``./launch.sh --max-steps 1`` or ``./launch.sh --dry-run`` work.
+
+With ``--cluster slurm`` the folder also gets ``slurm.sbatch``: ``srun`` starts ``launch.sh`` once
+per node with ``--num-machines/--machine-rank/--main-process-ip/--main-process-port`` taken from
+SLURM's variables, so each node's grpo-magic starts accelerate launch (torchrun on CPU nodes) as
+on one machine; and ``accelerate_config_slurm.yaml``, the accelerate config for those machines.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ from .redaction import redact
 
 LAUNCH_NAME = "launch.sh"
 ACCELERATE_CONFIG_NAME = "accelerate_config.yaml"
+SBATCH_NAME = "slurm.sbatch"
+SLURM_ACCELERATE_CONFIG_NAME = "accelerate_config_slurm.yaml"
+CLUSTERS = ("none", "slurm")
 
 
 def module_source(env_name: str, code: str) -> str:
@@ -103,17 +111,97 @@ use_cpu: false
 """
 
 
-def folder_files(folder: Path, module_name: str) -> list[Path]:
+def sbatch_script(env_name: str, nodes: int, gpus_per_node: int, port: int = 29500) -> str:
+    """``slurm.sbatch``: one ``launch.sh`` per node through ``srun``, the rendezvous from SLURM's variables.
+
+    The machine rank is read on each node (``SLURM_NODEID``, inside the quoted ``bash -c``); machine
+    0's address is the job's first host (``scontrol show hostnames``); ``--num-processes`` counts
+    every node's GPUs (accelerate's meaning), from ``SLURM_GPUS_ON_NODE`` where SLURM sets it.
+    """
+    gpus = f"#SBATCH --gpus-per-node={gpus_per_node}\n" if gpus_per_node else ""
+    per_node = f"${{SLURM_GPUS_ON_NODE:-{gpus_per_node}}}" if gpus_per_node else "1"
+    where = f"{gpus_per_node} GPUs each" if gpus_per_node else "one CPU process each"
+    return f"""#!/usr/bin/env bash
+#SBATCH --job-name=grpo-{env_name}
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks-per-node=1
+{gpus}#SBATCH --signal=TERM@120
+#SBATCH --output=grpo-%j.out
+# Train {env_name} with GRPO on {nodes} nodes, {where} (written by %grpo_export from a notebook).
+#
+#   cd THIS_FOLDER && sbatch {SBATCH_NAME} [more flags]
+#       e.g. sbatch {SBATCH_NAME} --max-steps 200; sbatch --nodes 4 {SBATCH_NAME} (the count comes from SLURM).
+#       Submit from this folder (SLURM runs a copy of this script): srun starts ./{LAUNCH_NAME} once per node
+#       (one task per node), and each node's grpo-magic starts one training process per GPU
+#       (accelerate launch; torchrun on CPU nodes). Global rank 0 writes the run log and the weights.
+#   sbatch {SBATCH_NAME} --accelerate-config {SLURM_ACCELERATE_CONFIG_NAME} [more flags]
+#       the same with that file's DeepSpeed / FSDP settings (the flags below set its machine fields).
+#
+# This folder must be on a filesystem every node sees (checkpoints, the run log, the env module).
+# scancel, and the time limit (SIGTERM 120 s before it, --signal above), stop every node after the
+# current step with a checkpoint; `sbatch {SBATCH_NAME} --resume` continues it. A lost node ends the
+# others with a checkpoint of the last finished step (--ddp-timeout bounds the wait for a frozen one).
+set -euo pipefail
+HERE="${{SLURM_SUBMIT_DIR:-$PWD}}"
+if [ ! -x "$HERE/{LAUNCH_NAME}" ]; then
+  echo "{SBATCH_NAME}: $HERE/{LAUNCH_NAME} not found; submit from the exported folder (cd FOLDER && sbatch {SBATCH_NAME})." >&2
+  exit 2
+fi
+MAIN_PROCESS_IP="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)"
+MAIN_PROCESS_PORT="${{MAIN_PROCESS_PORT:-{port}}}"
+NUM_PROCESSES=$(( SLURM_NNODES * {per_node} ))
+echo "grpo-magic: $SLURM_NNODES nodes, $NUM_PROCESSES processes, rendezvous $MAIN_PROCESS_IP:$MAIN_PROCESS_PORT" >&2
+# One launcher per node; its rank is read there. --kill-on-bad-exit: a node that fails ends the others.
+srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 --kill-on-bad-exit=1 \\
+  bash -c 'exec "$0" --num-machines "$SLURM_NNODES" --machine-rank "$SLURM_NODEID" \\
+    --main-process-ip "$1" --main-process-port "$2" --num-processes "$3" "${{@:4}}"' \\
+  "$HERE/{LAUNCH_NAME}" "$MAIN_PROCESS_IP" "$MAIN_PROCESS_PORT" "$NUM_PROCESSES" "$@"
+"""
+
+
+def slurm_accelerate_config(nodes: int, gpus_per_node: int) -> str:
+    """The accelerate config for ``nodes`` machines (grpo-magic passes the machine fields per node)."""
+    config = ACCELERATE_CONFIG.replace(
+        f"# Used by `./launch.sh accelerate` and by `./launch.sh --accelerate-config {ACCELERATE_CONFIG_NAME}`",
+        f"# For {nodes} machines: `sbatch {SBATCH_NAME} --accelerate-config {SLURM_ACCELERATE_CONFIG_NAME}`")
+    config = config.replace(
+        "num_machines: 1\nmachine_rank: 0\n",
+        f"num_machines: {nodes}                    # --num-machines, --machine-rank, --main-process-ip/-port: "
+        f"set per node by {SBATCH_NAME}\nmachine_rank: 0\n",
+    )
+    config = config.replace("num_processes: 8                   # GPUs that train; in vLLM server mode, GPUs minus "
+                            "vllm_server_gpus", f"num_processes: {nodes * max(1, gpus_per_node)}"
+                            "                  # every node's GPUs together (accelerate's meaning)")
+    if not gpus_per_node:
+        config = config.replace("distributed_type: MULTI_GPU", "distributed_type: MULTI_CPU").replace(
+            "use_cpu: false", "use_cpu: true").replace("mixed_precision: bf16", "mixed_precision: 'no'")
+    return config
+
+
+def folder_files(folder: Path, module_name: str, cluster: str = "none") -> list[Path]:
     """The files ``write_folder`` writes, in order (for the overwrite check)."""
-    return [folder / f"{module_name}.py", folder / LAUNCH_NAME, folder / ACCELERATE_CONFIG_NAME]
+    files = [folder / f"{module_name}.py", folder / LAUNCH_NAME, folder / ACCELERATE_CONFIG_NAME]
+    if cluster == "slurm":
+        files += [folder / SBATCH_NAME, folder / SLURM_ACCELERATE_CONFIG_NAME]
+    return files
 
 
-def write_folder(folder: Path, module_name: str, env_name: str, code: str, params: GRPOParams) -> list[Path]:
-    """Write the env module, ``launch.sh`` (executable) and the accelerate config; returns their paths."""
-    module, launch, config = folder_files(folder, module_name)
+def write_folder(folder: Path, module_name: str, env_name: str, code: str, params: GRPOParams, *,
+                 cluster: str = "none", nodes: int = 2, gpus_per_node: int = 8) -> list[Path]:
+    """Write the env module, ``launch.sh`` (executable) and the accelerate config; returns their paths.
+
+    ``cluster="slurm"`` adds ``slurm.sbatch`` (executable) and the accelerate config for ``nodes`` machines.
+    """
+    files = folder_files(folder, module_name, cluster)
+    module, launch, config = files[:3]
     folder.mkdir(parents=True, exist_ok=True)
     module.write_text(module_source(env_name, code), encoding="utf-8")
     launch.write_text(redact(launch_script(params, env_name)), encoding="utf-8")
     launch.chmod(launch.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     config.write_text(ACCELERATE_CONFIG, encoding="utf-8")
-    return [module, launch, config]
+    if cluster == "slurm":
+        sbatch, slurm_config = files[3:]
+        sbatch.write_text(sbatch_script(env_name, nodes, gpus_per_node), encoding="utf-8")
+        sbatch.chmod(sbatch.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        slurm_config.write_text(slurm_accelerate_config(nodes, gpus_per_node), encoding="utf-8")
+    return files

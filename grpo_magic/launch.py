@@ -38,6 +38,9 @@ SERVER_LOG_NAME = "vllm-server.log"
 DEFAULT_SERVER_PORT = 8000
 DEFAULT_SERVER_TIMEOUT_S = 900.0
 SERVER_HOST = "127.0.0.1"
+#: torchrun's and accelerate's default rendezvous port.
+DEFAULT_MAIN_PROCESS_PORT = 29500
+RDZV_BACKENDS = ("static", "c10d")
 
 
 @dataclass
@@ -51,6 +54,13 @@ class LaunchOptions:
     vllm_server_timeout: float = DEFAULT_SERVER_TIMEOUT_S
     resume: bool = False
     quiet: bool = False
+    # Several machines, with accelerate's names and meaning (num_processes counts every machine's).
+    num_machines: int = 1
+    machine_rank: int = 0
+    main_process_ip: str | None = None
+    main_process_port: int | None = None
+    rdzv_backend: str = "static"
+    rdzv_endpoint: str | None = None
 
     @classmethod
     def from_namespace(cls, args: Any) -> LaunchOptions:
@@ -68,6 +78,77 @@ class LaunchOptions:
             raise GRPOMagicError(f"--vllm-server-port must be a port number, got {self.vllm_server_port}.")
         if self.vllm_server_timeout <= 0:
             raise GRPOMagicError(f"--vllm-server-timeout must be positive seconds, got {self.vllm_server_timeout}.")
+        self._check_machines()
+
+    def _check_machines(self) -> None:
+        """The rendezvous flags, one sentence each, before anything starts."""
+        m, r = self.num_machines, self.machine_rank
+        if m < 1:
+            raise GRPOMagicError(f"--num-machines must be at least 1, got {m}.")
+        if not 0 <= r < m:
+            top = f"0 to {m - 1}" if m > 1 else "0 (or raise --num-machines)"
+            raise GRPOMagicError(
+                f"--machine-rank {r} is out of range for --num-machines {m}; use {top}, a different one on each "
+                "machine (0 on the machine at --main-process-ip)."
+            )
+        if self.main_process_port is not None and not 0 < self.main_process_port < 65536:
+            raise GRPOMagicError(
+                f"--main-process-port must be a port number from 1 to 65535, got {self.main_process_port}; "
+                f"use a free port on machine 0, e.g. {DEFAULT_MAIN_PROCESS_PORT}."
+            )
+        if self.rdzv_backend not in RDZV_BACKENDS:
+            raise GRPOMagicError(
+                f"--rdzv-backend must be static or c10d, not {self.rdzv_backend!r}; use static (fixed machine ranks) "
+                "or c10d (torchrun's elastic rendezvous)."
+            )
+        if self.main_process_ip is not None and not self.main_process_ip.strip():
+            raise GRPOMagicError("--main-process-ip is empty; pass the host name or address of machine 0.")
+        if self.rdzv_endpoint is not None:
+            host, port = parse_endpoint(self.rdzv_endpoint)
+            given = [(flag, old, new) for flag, old, new in (("--main-process-ip", self.main_process_ip, host),
+                                                             ("--main-process-port", self.main_process_port, port))
+                     if old is not None and old != new]
+            if given:
+                flag, old, new = given[0]
+                raise GRPOMagicError(
+                    f"--rdzv-endpoint {self.rdzv_endpoint} says {new} but {flag} says {old}; give one of them "
+                    "(--rdzv-endpoint HOST:PORT, or --main-process-ip HOST --main-process-port PORT)."
+                )
+        if m > 1 and self.main_process_ip is None and self.rdzv_endpoint is None:
+            raise GRPOMagicError(
+                f"--num-machines {m} needs the address of machine 0, reachable from every machine: pass "
+                "--main-process-ip HOST (and --main-process-port PORT), or --rdzv-endpoint HOST:PORT."
+            )
+        if self.num_processes is not None and self.num_processes % m:
+            near = sorted({max(m, self.num_processes // m * m), (self.num_processes // m + 1) * m})
+            raise GRPOMagicError(
+                f"--num-processes {self.num_processes} does not split evenly over --num-machines {m} (it counts the "
+                f"processes of every machine, as accelerate's does); use --num-processes {' or '.join(map(str, near))}."
+            )
+
+    @property
+    def multi_machine(self) -> bool:
+        """Any rendezvous flag given: the launcher passes them on, even for one machine."""
+        return (self.num_machines > 1 or self.main_process_ip is not None or self.main_process_port is not None
+                or self.rdzv_endpoint is not None or self.rdzv_backend != "static")
+
+    def rendezvous(self) -> tuple[str, int]:
+        """(host, port) of machine 0's rendezvous: from --rdzv-endpoint, else --main-process-ip/--main-process-port."""
+        if self.rdzv_endpoint is not None:
+            return parse_endpoint(self.rdzv_endpoint)
+        return self.main_process_ip or SERVER_HOST, self.main_process_port or DEFAULT_MAIN_PROCESS_PORT
+
+
+def parse_endpoint(endpoint: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` too) as torchrun's ``--rdzv-endpoint`` takes it, or one sentence."""
+    host, sep, port = endpoint.strip().rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise GRPOMagicError(
+            f"--rdzv-endpoint must be HOST:PORT with a port from 1 to 65535, got {endpoint!r}; use e.g. "
+            f"node001:{DEFAULT_MAIN_PROCESS_PORT} (machine 0's address)."
+        )
+    return host, int(port)
 
 
 @dataclass
@@ -99,6 +180,20 @@ class LaunchPlan:
     server_url: str | None = None
     server_timeout: float = DEFAULT_SERVER_TIMEOUT_S
     output_dir: Path = field(default_factory=Path)
+    num_machines: int = 1
+    machine_rank: int = 0
+    rendezvous: str | None = None  # "HOST:PORT (backend)" when the launcher was given rendezvous flags
+
+    @property
+    def processes_here(self) -> int:
+        """Training processes this machine starts (num_processes counts every machine's)."""
+        return self.num_processes // max(1, self.num_machines)
+
+    def where(self) -> str:
+        """``machine 1 of 2, rendezvous 10.0.0.1:29500 (static): `` before the launcher's lines; "" on one machine."""
+        if self.rendezvous is None:
+            return ""
+        return f"machine {self.machine_rank} of {self.num_machines}, rendezvous {self.rendezvous}: "
 
     @property
     def in_process(self) -> bool:
@@ -109,14 +204,16 @@ class LaunchPlan:
         gpus = f"{plural(len(self.gpus), 'GPU')} visible"
         gpus += f" ({','.join(self.gpus)})" if self.gpus else ""
         lines = [f"grpo-magic: {gpus}"]
-        processes = plural(self.num_processes, "process", "processes")
+        processes = plural(self.processes_here, "process", "processes")
+        if self.num_machines > 1:
+            processes += f" here, {self.num_processes} on {self.num_machines} machines"
         if self.server is not None:
             lines.append(f"grpo-magic: vLLM server on GPUs {','.join(self.server_gpus)}, "
                          f"training on GPUs {','.join(self.train_gpus)} ({self.num_processes} processes)")
         elif self.train_gpus:
-            lines.append(f"grpo-magic: training on GPUs {','.join(self.train_gpus)} ({processes})")
+            lines.append(f"grpo-magic: {self.where()}training on GPUs {','.join(self.train_gpus)} ({processes})")
         else:
-            lines.append(f"grpo-magic: training on CPU ({processes})")
+            lines.append(f"grpo-magic: {self.where()}training on CPU ({processes})")
         if self.server is not None:
             lines.append(f"1. start the vLLM server (log: {self.server.log}):")
             lines.append(f"   {self.server.shell()}")
@@ -212,18 +309,32 @@ def plan_launch(params: GRPOParams, options: LaunchOptions, *, gpus: list[str] |
     else:
         available = gpus
 
+    m = options.num_machines
+    if m > 1 and split:
+        raise GRPOMagicError(
+            f"--vllm-mode server without --vllm-server-url starts a vLLM server on this machine only, which the other "
+            f"machines of --num-machines {m} cannot reach; start one server (trl vllm-serve --host 0.0.0.0) and pass "
+            "its --vllm-server-url to every machine, or use --vllm-mode colocate."
+        )
     if options.num_processes is not None:
         n = options.num_processes
-        if available and n > len(available):
+        here = n // m  # accelerate's meaning: --num-processes counts the processes of every machine
+        if available and here > len(available):
             left = f"left after the {plural(len(server_gpus), 'GPU')} of the vLLM server" if split else "visible"
             verb = "is" if len(available) == 1 else "are"
+            if m > 1:
+                raise GRPOMagicError(
+                    f"--num-processes {n} over --num-machines {m} needs {plural(here, 'GPU')} on each machine but "
+                    f"only {len(available)} {verb} {left} here; use --num-processes {len(available) * m} or fewer."
+                )
             raise GRPOMagicError(
                 f"--num-processes {n} needs {plural(n, 'GPU')} but only {len(available)} {verb} {left}; "
                 f"use --num-processes {len(available)} or fewer."
             )
     else:
-        n = max(1, len(available))
-    train_gpus = available[:n]
+        here = max(1, len(available))
+        n = here * m
+    train_gpus = available[:here]
 
     if params.use_vllm and params.vllm_mode == "colocate" and n % params.vllm_tensor_parallel_size:
         raise GRPOMagicError(
@@ -234,7 +345,7 @@ def plan_launch(params: GRPOParams, options: LaunchOptions, *, gpus: list[str] |
     child_params = params.replace(vllm_server_url=server_url) if split else params
     child_params.validate(processes=n)  # as the training processes will see them
 
-    if n == 1 and not split and options.accelerate_config is None:
+    if n == 1 and not split and options.accelerate_config is None and not options.multi_machine:
         return _in_process_plan(params, options, gpus, output_dir, train_gpus=train_gpus)
     if options.resume:  # a checkpoint this run cannot continue is said here, before any process starts
         from .resume import checkpoint_to_resume
@@ -243,6 +354,7 @@ def plan_launch(params: GRPOParams, options: LaunchOptions, *, gpus: list[str] |
 
     args = ["-m", "grpo_magic", "train", *_child_args(child_params, options)]
     env = {LAUNCHED_ENV: "1"}
+    rendezvous = options.rendezvous() if options.multi_machine else None
     if train_gpus or options.accelerate_config is not None:
         launcher = "accelerate"
         argv = [*_tool("accelerate", "accelerate.commands.launch")]
@@ -251,16 +363,31 @@ def plan_launch(params: GRPOParams, options: LaunchOptions, *, gpus: list[str] |
         if options.accelerate_config is not None:  # DeepSpeed / FSDP settings: the file decides the rest
             argv += ["--config_file", str(Path(options.accelerate_config).expanduser().resolve()),
                      "--num_processes", str(n)]
+            if rendezvous is not None:
+                argv += ["--num_machines", str(m)]
         else:
-            argv += [*(["--multi_gpu"] if n > 1 else []), "--num_processes", str(n), "--num_machines", "1",
+            argv += [*(["--multi_gpu"] if n > 1 else []), "--num_processes", str(n), "--num_machines", str(m),
                      "--dynamo_backend", "no"]
+        if rendezvous is not None:  # accelerate hands these to torchrun (rdzv_endpoint = ip:port)
+            argv += ["--machine_rank", str(options.machine_rank), "--main_process_ip", rendezvous[0],
+                     "--main_process_port", str(rendezvous[1]), "--rdzv_backend", options.rdzv_backend]
         if not train_gpus:
             argv.append("--cpu")
         if train_gpus:
             env = {"CUDA_VISIBLE_DEVICES": ",".join(train_gpus), **env}
     else:  # CPU: accelerate launch --cpu starts one process only; torchrun starts them all
         launcher = "torchrun"
-        argv = [*_tool("torchrun", "torch.distributed.run"), "--standalone", "--nproc_per_node", str(n)]
+        argv = [*_tool("torchrun", "torch.distributed.run")]
+        if rendezvous is None:
+            argv += ["--standalone", "--nproc_per_node", str(n)]
+        else:
+            host, port = rendezvous
+            argv += ["--nnodes", str(m), "--node_rank", str(options.machine_rank), "--nproc_per_node", str(here),
+                     "--rdzv_backend", options.rdzv_backend]
+            if options.rdzv_backend == "static":  # fixed ranks: machine 0 is the master
+                argv += ["--master_addr", host, "--master_port", str(port)]
+            else:  # c10d: torchrun's elastic rendezvous, hosted at the endpoint
+                argv += ["--rdzv_endpoint", f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     train = Command("train", [*argv, *args], env)
 
     server = None
@@ -275,7 +402,9 @@ def plan_launch(params: GRPOParams, options: LaunchOptions, *, gpus: list[str] |
                          log=output_dir / SERVER_LOG_NAME)
     return LaunchPlan(gpus=gpus, train_gpus=train_gpus, server_gpus=server_gpus, num_processes=n,
                       launcher=launcher, train=train, server=server, server_url=server_url,
-                      server_timeout=options.vllm_server_timeout, output_dir=output_dir)
+                      server_timeout=options.vllm_server_timeout, output_dir=output_dir, num_machines=m,
+                      machine_rank=options.machine_rank,
+                      rendezvous=None if rendezvous is None else f"{rendezvous[0]}:{rendezvous[1]} ({options.rdzv_backend})")
 
 
 def server_args(params: GRPOParams, model_path: str, server_gpus: list[str]) -> list[str]:
@@ -405,6 +534,18 @@ def stop_process(process: subprocess.Popen, grace: float = 30.0) -> None:
             continue
 
 
+def _terminate_with_parent() -> None:
+    """In the launched torchrun / accelerate: SIGTERM when the launcher dies, even by SIGKILL (Linux).
+
+    Without it a killed launcher leaves its machine's processes training on, unseen; with it they
+    stop after the step with a checkpoint, as on SIGTERM, and the other machines stop with them.
+    """
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 class _Terminated(Exception):
     """SIGTERM reached the launcher: stop training, then the server, then exit."""
 
@@ -437,10 +578,11 @@ def execute(plan: LaunchPlan, params: GRPOParams) -> int:
             wait_for_server(plan.server_url, server, plan.server_timeout, plan.server.log)
             print(f"grpo-magic: the vLLM server answers at {plan.server_url}", file=sys.stderr, flush=True)
         where = f"GPUs {','.join(plan.train_gpus)}" if plan.train_gpus else "CPU"
-        processes = plural(plan.num_processes, "training process", "training processes")
-        print(f"grpo-magic: starting {processes} on {where} "
+        processes = plural(plan.processes_here, "training process", "training processes")
+        print(f"grpo-magic: {plan.where()}starting {processes} on {where} "
               f"({plan.launcher})", file=sys.stderr, flush=True)
-        trainer = subprocess.Popen(plan.train.argv, env={**os.environ, **plan.train.env})
+        trainer = subprocess.Popen(plan.train.argv, env={**os.environ, **plan.train.env},
+                                   preexec_fn=_terminate_with_parent if sys.platform == "linux" else None)
         while True:
             try:
                 return trainer.wait()

@@ -465,13 +465,20 @@ class GrpoMagics(Magics):
 
         With --to DIR (no .py suffix) the folder gets the module, launch.sh (the grpo-magic train
         command of the current form values; ./launch.sh accelerate for plain accelerate launch)
-        and accelerate_config.yaml: copy it to a cluster and run ./launch.sh there.
+        and accelerate_config.yaml: copy it to a cluster and run ./launch.sh there. With
+        --cluster slurm [--nodes N] [--gpus-per-node G] it also gets slurm.sbatch (srun starts
+        launch.sh on every node, the rendezvous from SLURM's variables) and
+        accelerate_config_slurm.yaml; --cluster none (the default) writes only the above.
         """
         parser = OneLineParser(prog="%grpo_export", add_help=False)
         parser.add_argument("env", nargs="?")
         parser.add_argument("--to", default=None)
         parser.add_argument("--force", action="store_true")
+        parser.add_argument("--cluster", default="none")
+        parser.add_argument("--nodes", type=int, default=2)
+        parser.add_argument("--gpus-per-node", type=int, default=8)
         args = _parse(parser, line)
+        cluster = _export_cluster(args)
         name = self._env_name(args.env, GRPOParams())
         spec = get_env(name)  # type: ignore[arg-type]
         if spec.code is None:
@@ -479,7 +486,11 @@ class GrpoMagics(Magics):
                              "it is importable already.")
         target = Path(args.to or f"{module_name_for(spec.name)}.py")
         if target.suffix != ".py":
-            return self._export_folder(spec, target, force=args.force)
+            return self._export_folder(spec, target, force=args.force, cluster=cluster, nodes=args.nodes,
+                                       gpus_per_node=args.gpus_per_node)
+        if cluster != "none":
+            raise UsageError(f"--cluster {cluster} writes a folder (the module, launch.sh and {cluster}.sbatch), not "
+                             f"one file; use --to DIR instead of --to {target}.")
         if not target.stem.isidentifier():
             raise UsageError(f"{target.name} is not an importable module name; use letters, digits and underscores.")
         if target.exists() and not args.force:
@@ -507,8 +518,9 @@ class GrpoMagics(Magics):
                 return params
         return self.last_params or GRPOParams(model=self.default_model or None)
 
-    def _export_folder(self, spec: EnvSpec, folder: Path, *, force: bool) -> Path:
-        from .export import folder_files, write_folder
+    def _export_folder(self, spec: EnvSpec, folder: Path, *, force: bool, cluster: str = "none", nodes: int = 2,
+                       gpus_per_node: int = 8) -> Path:
+        from .export import SBATCH_NAME, folder_files, write_folder
 
         module = module_name_for(spec.name)
         if not module.isidentifier():
@@ -516,18 +528,37 @@ class GrpoMagics(Magics):
                              "of letters, digits and underscores (%%grpo_env NAME).")
         if folder.exists() and not folder.is_dir():
             raise UsageError(f"{folder} is a file; --to takes a FILE.py or a folder.")
-        existing = [p for p in folder_files(folder, module) if p.exists()]
+        existing = [p for p in folder_files(folder, module, cluster) if p.exists()]
         if existing and not force:
             raise UsageError(f"{existing[0]} exists; pass --force to overwrite it.")
         params = self._export_params().replace(
             rl_env_module=module, rl_env_class=spec.attr_name,
             rl_env_config=json.dumps(spec.config) if spec.config else None)
-        files = write_folder(folder, module, spec.name, spec.code or "", params)
+        files = write_folder(folder, module, spec.name, spec.code or "", params, cluster=cluster, nodes=nodes,
+                             gpus_per_node=gpus_per_node)
         launch = folder / "launch.sh"
         print(f"wrote {', '.join(str(p) for p in files)}\nrun it (here or on a cluster, from any folder):\n"
               f"  {launch}\n  {launch} --dry-run   # the processes and GPUs it would use\n"
               f"  {launch} accelerate   # plain accelerate launch with {folder / 'accelerate_config.yaml'}")
+        if cluster == "slurm":
+            print(f"on SLURM ({nodes} nodes x {gpus_per_node} GPUs; the folder on a filesystem every node sees):\n"
+                  f"  cd {folder} && sbatch {SBATCH_NAME}")
         return folder
+
+
+def _export_cluster(args: Any) -> str:
+    """%grpo_export's --cluster, --nodes and --gpus-per-node, checked before anything is written."""
+    from .export import CLUSTERS
+
+    if args.cluster not in CLUSTERS:
+        raise UsageError(f"--cluster must be none or slurm, not {args.cluster!r}; use --cluster slurm for an sbatch "
+                         "script, or leave it out.")
+    if args.nodes < 1:
+        raise UsageError(f"--nodes must be at least 1, got {args.nodes}; use the number of machines, e.g. --nodes 2.")
+    if args.gpus_per_node < 0:
+        raise UsageError(f"--gpus-per-node must be 0 (CPU nodes) or more, got {args.gpus_per_node}; use e.g. "
+                         "--gpus-per-node 8.")
+    return args.cluster
 
 
 def _assigned_names(tree: ast.Module) -> list[str]:

@@ -106,6 +106,11 @@ class GRPOParams:
     lr: float = _p(1e-5, "Learning rate.", "Optimization", gt=0, checkpoint=True)
     seed: int = _p(42, "Random seed.", "Optimization", ge=0, le=2**32 - 1, why="numpy seeds are 32-bit",
                    checkpoint=True)
+    ddp_timeout: int = _p(
+        1800, "Several processes or machines: seconds a process waits for the others in a collective call before "
+        "the run fails with a checkpoint (a frozen or unreachable machine ends the run after this long).",
+        "Optimization", ge=1, trl="ddp_timeout",
+    )
 
     # LoRA
     peft: bool = _p(False, "Train LoRA adapters (PEFT) instead of every weight.", "LoRA", checkpoint=True)
@@ -363,6 +368,7 @@ class GRPOParams:
             gradient_accumulation_steps=self.gradient_accumulation,
             learning_rate=self.lr,
             seed=self.seed,
+            ddp_timeout=self.ddp_timeout,
             logging_steps=self.logging_steps,
             save_steps=self.save_steps,
             save_strategy="steps",

@@ -44,8 +44,26 @@ def last_checkpoint(output_dir: Path) -> str | None:
     return str(checkpoints[-1]) if checkpoints else None
 
 
+#: Written into a checkpoint that the main process saved after losing the others (their RNG files are missing).
+PROCESSES_NAME = "grpo_magic_processes.json"
+
+
+def mark_processes(path: Path, processes: int) -> None:
+    """Say in the checkpoint how many processes trained it, where its RNG files cannot (``checkpoint_processes``)."""
+    present = sorted(int(p.stem.rsplit("_", 1)[1]) for p in path.glob("rng_state_*.pth") if p.stem.rsplit("_", 1)[1].isdigit())
+    missing = [r for r in range(processes) if r not in present]
+    (path / PROCESSES_NAME).write_text(json.dumps({"processes": processes, "rng_states_missing": missing}) + "\n",
+                                       encoding="utf-8")
+
+
 def checkpoint_processes(path: Path) -> int | None:
     """How many processes trained the checkpoint, from its RNG files (None when it has none)."""
+    try:
+        marked = json.loads((path / PROCESSES_NAME).read_text(encoding="utf-8")).get("processes")
+        if isinstance(marked, int) and marked >= 1:
+            return marked
+    except (OSError, ValueError, AttributeError):
+        pass
     ranks = list(path.glob("rng_state_*.pth"))
     if ranks:
         return len(ranks)

@@ -23,7 +23,10 @@ from .distributed import (
     environment_snapshot,
     inside_launch,
     is_main_process,
+    lost_other_processes,
+    lost_processes_reason,
     restore_environment,
+    start_process_group,
     world_size,
 )
 from .env import EnvSpec, PreparedEnv
@@ -485,6 +488,7 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         # The one precision decision (device.choose_precision) for the weights here and GRPOConfig's bf16/fp16.
         dtype = load_dtype(params.precision(), peft=params.peft)  # type: ignore[arg-type]
         model = load_model(model_path, tokenizer=tokenizer, dtype=dtype)  # resizes embeddings if a pad token was added
+        start_process_group(params.ddp_timeout)
         resumed = {"eval_on_start": False} if checkpoint is not None and params.eval_steps is not None else {}
         config = params.to_grpo_config(str(run.output_dir),
                                        **run_config_overrides(params, prepared, tokenizer, model_path), **resumed)
@@ -517,6 +521,11 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         status, reason, run.exception = "failed", str(exc), exc
     except Exception as exc:  # noqa: BLE001 - any failure ends the run cleanly, with its reason kept
         status, reason, run.exception = "failed", _oom_hint(exc), exc
+        if lost_other_processes(exc):  # a machine is gone: what this process holds is the last finished step
+            reason = lost_processes_reason(exc, run.step + 1)
+            checkpoint_saved, why_not = _save_alone(trainer, callback)
+            reason += (f"; a checkpoint of step {checkpoint_step(checkpoint_saved)} is in {checkpoint_saved} "
+                       "(--resume continues from there)" if checkpoint_saved else f"; no checkpoint was saved{why_not}")
     except BaseException as exc:  # noqa: BLE001 - SystemExit from an env's sys.exit(): a failure, not "completed"
         status, reason, run.exception = "failed", f"{type(exc).__name__}: {exc}", exc
     finally:
@@ -551,6 +560,30 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         run.events.emit(RunFinished(status=status, reason=redact(reason), output_dir=str(run.output_dir),
                                     steps=run.step, saved=saved))
         run._finished.set()
+
+
+def _save_alone(trainer: Any, callback: Any) -> tuple[str | None, str]:
+    """The checkpoint of the last finished step after the other processes were lost (``save_abandoned``), or why not.
+
+    The lost processes' RNG files are missing from it, so it says how many processes trained it
+    (``resume.checkpoint_processes`` reads that): ``--resume`` with all of them continues it.
+    """
+    if trainer is None or callback is None:
+        return None, " (the trainer had not started)"
+    from .resume import mark_processes
+    from .trainer import save_abandoned
+
+    try:
+        folder = save_abandoned(trainer, callback, alone=True)
+    except Exception as exc:  # noqa: BLE001 - the run failed already; the reason says why there is no checkpoint
+        return None, f" ({type(exc).__name__}: {exc})"
+    if folder is None:
+        return None, " (no step had finished, or the optimizer step was cut short)"
+    if is_main_process():
+        mark_processes(Path(folder), world_size())
+        if not complete_checkpoint(Path(folder)):
+            return None, f" ({folder} is incomplete)"
+    return folder, ""
 
 
 def _history_before(output_dir: Path, step: int) -> list[dict[str, Any]]:

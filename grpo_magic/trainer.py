@@ -260,19 +260,21 @@ def events_callback(
     return EventsCallback()
 
 
-def save_abandoned(trainer: Any, callback: Any) -> str | None:
+def save_abandoned(trainer: Any, callback: Any, *, alone: bool = False) -> str | None:
     """After Ctrl-C abandoned a step: a complete checkpoint of the last finished one, if one can be taken.
 
     Trainer's own ``_save_checkpoint`` (``trl_compat.save_checkpoint``), as a stop at a step's end
     would have done. Not during the optimizer step (the weights are half updated), not before any
-    step, and not with several processes (the others are in the middle of a collective call).
+    step, and not with several processes (the others are in the middle of a collective call),
+    unless ``alone``: the other processes are gone (a lost machine), and a plain data-parallel
+    save makes no collective call (each process writes its RNG state, the main one the rest).
     Returns the checkpoint folder, or None.
     """
     import json
     from pathlib import Path
 
     state = trainer.state
-    if callback.updating or state.global_step <= 0 or trainer.args.world_size > 1:
+    if callback.updating or state.global_step <= 0 or (trainer.args.world_size > 1 and not alone):
         return None
     folder = Path(trainer.args.output_dir) / f"checkpoint-{state.global_step}"
     try:
@@ -280,6 +282,8 @@ def save_abandoned(trainer: Any, callback: Any) -> str | None:
             return str(folder)  # saved at that step already (save_steps)
     except (OSError, ValueError):
         pass
+    if alone:  # Trainer sums the floating-point operations of every process first: a collective call
+        trainer.store_flos = lambda: None  # this trainer is done: the lost processes' count stays unknown
     save_checkpoint(trainer)
     return str(folder)
 

@@ -366,7 +366,7 @@ def test_trl_s_vllm_engine_is_released_with_the_trainer(tiny_path, tmp_path, mon
     from trl.generation import vllm_generation
 
     from grpo_magic.models import load_model, load_tokenizer
-    from grpo_magic.trainer import release_trainer, trainer_class
+    from grpo_magic.trl_compat import release_trainer, trainer_class
 
     shut_down: list[bool] = []
 
