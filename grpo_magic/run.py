@@ -49,8 +49,10 @@ from .events import (
 from .params import GRPOParams
 from .preflight import prepare
 from .redaction import redact, redact_library_logs
+from .release import forget_frames, free_gpu_memory
 from .resume import checkpoint_step, checkpoint_to_resume, complete_checkpoint
 from .reward import BatchRecord, EnvErrorRateExceeded, EnvReward
+from .run_evals import eval_dict, eval_event, evals_before
 from .signals import StopSignals
 from .swap import prepare_swap, source_hash, swap_spec
 from .trl_compat import LIBRARY_LOGGERS
@@ -261,72 +263,7 @@ class GRPORun:
             self.saved = list(event.saved)
 
 
-def eval_dict(event: EvalScored) -> dict[str, Any]:
-    """An ``EvalScored`` event as ``run.evals`` and the dashboard keep it."""
-    import dataclasses
-
-    data = {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
-    data.pop("time", None)
-    return data
-
-
 # ---------------------------------------------------------------- the run itself
-
-
-def _eval_event(run: GRPORun, prepared: PreparedEnv, params: GRPOParams, reward: EnvReward, step: int,
-                metrics: dict[str, Any], records: list[BatchRecord], seconds: float) -> EvalScored:
-    """TRL's eval batches (sampled episodes) plus one greedy episode a held-out prompt, as one event.
-
-    The greedy episodes run on the policy being trained, in this (the training) thread between two
-    steps, with HF generate; agent envs get none in a run (their episodes need TRL's tool loop, which
-    an evaluation after the run gives: ``grpo_magic.evaluate``).
-    """
-    import json
-
-    from .env import ENV_PROMPT_COLUMN, prompt_text
-    from .heldout import MAX_ROWS_SHOWN, evaluate_rows, summarize
-
-    def key(prompt: str, columns: dict[str, Any]) -> str:
-        extra = {k: v for k, v in columns.items() if k not in ("prompt", ENV_PROMPT_COLUMN)}
-        return prompt + "\x00" + json.dumps(extra, sort_keys=True, default=str)
-
-    started = time.monotonic()
-    # TRL's eval sampler repeats each prompt samples times in a row: one group a dataset row, found by its
-    # prompt and columns (rows that are equal share their groups out in order).
-    k = params.eval_samples
-    sampled: dict[str, list[list[float | None]]] = {}
-    errors = 0
-    for record in records:
-        for start in range(0, len(record.outcomes), k):
-            group = record.outcomes[start:start + k]
-            columns = record.columns[start] if start < len(record.columns) else {}
-            sampled.setdefault(key(record.prompts[start], columns), []).append([o.score for o in group])
-            errors += sum(o.error is not None for o in group)
-    greedy = prepared.agent is None and reward.model is not None
-    rows: list[dict[str, Any]] = []
-    if greedy:
-        scorer = EnvReward(reward.env, workers=params.rl_env_workers, timeout=params.rl_episode_timeout)
-        try:
-            rows = evaluate_rows(prepared, reward.model, reward.tokenizer, prepared.eval_dataset, params=params,
-                                 samples=0, greedy=True, seed=params.seed, reward=scorer)
-        finally:
-            scorer.close()
-    else:
-        rows = [{"prompt": prompt_text(r.get(ENV_PROMPT_COLUMN) or r["prompt"])} for r in prepared.eval_dataset]
-    for row, data in zip(rows, prepared.eval_dataset, strict=True):
-        groups = sampled.get(key(row["prompt"], data), [])
-        row["sampled_scores"] = groups.pop(0) if groups else []
-    summary = summarize(rows, samples=params.eval_samples, seed=params.seed)
-    summary["errors"] = errors + sum(r.get("greedy_error") is not None for r in rows)
-    return EvalScored(
-        step=step, prompts=len(rows), greedy_mean=summary["greedy_mean"] if greedy else None,
-        sampled_mean=summary["sampled_mean"], pass_at_k=summary["pass_at_k"], greedy_ci=summary["greedy_ci"],
-        sampled_ci=summary["sampled_ci"], components=summary["components"], errors=summary["errors"],
-        samples=params.eval_samples, baseline=not run.evals, seconds=round(seconds + time.monotonic() - started, 4),
-        trl_metrics={k: v for k, v in metrics.items() if isinstance(v, (int, float)) or v is None},
-        rows=[{k: r.get(k) for k in ("prompt", "greedy", "greedy_score", "sampled_scores")} for r in rows][
-            :MAX_ROWS_SHOWN],
-    )
 
 
 def _emit_scored(run: GRPORun, payloads: list[tuple[BatchRecord, list[float]]], num_generations: int) -> None:
@@ -405,36 +342,11 @@ def run_config_overrides(params: GRPOParams, prepared: PreparedEnv, tokenizer: A
     return overrides
 
 
-def _forget_frames(exc: BaseException | None) -> None:
-    """Clear the locals of a kept failure's frames (the trainer, the policy), keeping its traceback text.
-
-    ``run.exception`` lives as long as the run (``last_run()``), and each frame of its traceback holds
-    that frame's locals: the policy and TRL's trainer would stay in GPU memory.
-    """
-    import traceback
-
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        traceback.clear_frames(exc.__traceback__)
-        exc = exc.__cause__ or exc.__context__
-
-
-def _free_gpu_memory() -> None:
-    """Collect what the run let go of and hand CUDA's cached blocks back (memory back for the next run)."""
-    import gc
-
-    gc.collect()
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
 def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path: str, tokenizer: Any,
              trainer_callbacks: list[Any], checkpoint: str | None) -> None:
     from .device import load_dtype
     from .models import load_model, lora_config
-    from .trainer import build_trainer, events_callback, save_abandoned
+    from .trainer import build_trainer, events_callback, save_abandoned, save_alone
     from .trl_compat import release_trainer
 
     trainer = None
@@ -456,7 +368,7 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
 
     def on_eval(step: int, metrics: dict[str, Any], records: list[BatchRecord], seconds: float) -> None:
         assert reward is not None
-        event = _eval_event(run, prepared, params, reward, step, metrics, records, seconds)
+        event = eval_event(prepared, params, reward, step, metrics, records, seconds, baseline=not run.evals)
         eval_cost["seconds"] += event.seconds
         run.events.emit(event)
 
@@ -523,7 +435,7 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         status, reason, run.exception = "failed", _oom_hint(exc), exc
         if lost_other_processes(exc):  # a machine is gone: what this process holds is the last finished step
             reason = lost_processes_reason(exc, run.step + 1)
-            checkpoint_saved, why_not = _save_alone(trainer, callback)
+            checkpoint_saved, why_not = save_alone(trainer, callback)
             reason += (f"; a checkpoint of step {checkpoint_step(checkpoint_saved)} is in {checkpoint_saved} "
                        "(--resume continues from there)" if checkpoint_saved else f"; no checkpoint was saved{why_not}")
     except BaseException as exc:  # noqa: BLE001 - SystemExit from an env's sys.exit(): a failure, not "completed"
@@ -548,7 +460,7 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
             run._detach_reward()
             if trainer is not None:
                 release_trainer(trainer, end_vllm_distributed=not launched)
-            _forget_frames(run.exception)
+            forget_frames(run.exception)
             if not launched and not had_process_group:
                 end_distributed()  # one this run made (vLLM's colocated engine): the next run is not distributed
         except Exception as exc:  # noqa: BLE001 - report it; the run must still say how it ended
@@ -556,34 +468,10 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         finally:
             trainer = model = reward = callback = None
             restore_environment(environment)
-            _free_gpu_memory()
+            free_gpu_memory()
         run.events.emit(RunFinished(status=status, reason=redact(reason), output_dir=str(run.output_dir),
                                     steps=run.step, saved=saved))
         run._finished.set()
-
-
-def _save_alone(trainer: Any, callback: Any) -> tuple[str | None, str]:
-    """The checkpoint of the last finished step after the other processes were lost (``save_abandoned``), or why not.
-
-    The lost processes' RNG files are missing from it, so it says how many processes trained it
-    (``resume.checkpoint_processes`` reads that): ``--resume`` with all of them continues it.
-    """
-    if trainer is None or callback is None:
-        return None, " (the trainer had not started)"
-    from .resume import mark_processes
-    from .trainer import save_abandoned
-
-    try:
-        folder = save_abandoned(trainer, callback, alone=True)
-    except Exception as exc:  # noqa: BLE001 - the run failed already; the reason says why there is no checkpoint
-        return None, f" ({type(exc).__name__}: {exc})"
-    if folder is None:
-        return None, " (no step had finished, or the optimizer step was cut short)"
-    if is_main_process():
-        mark_processes(Path(folder), world_size())
-        if not complete_checkpoint(Path(folder)):
-            return None, f" ({folder} is incomplete)"
-    return folder, ""
 
 
 def _history_before(output_dir: Path, step: int) -> list[dict[str, Any]]:
@@ -595,17 +483,6 @@ def _history_before(output_dir: Path, step: int) -> list[dict[str, Any]]:
         if isinstance(event, StepLogged) and event.step <= step:
             history[event.step] = {"step": event.step, **event.metrics}  # a later attempt at a step wins
     return [history[s] for s in sorted(history)]
-
-
-def _evals_before(output_dir: Path, step: int) -> list[dict[str, Any]]:
-    """The held-out evaluations of steps 0..``step`` from the run log (a later attempt at a step wins)."""
-    if not (output_dir / RUN_LOG_NAME).exists():
-        return []
-    evals: dict[int, dict[str, Any]] = {}
-    for event in read_run_log(output_dir):
-        if isinstance(event, EvalScored) and event.step <= step:
-            evals[event.step] = eval_dict(event)
-    return [evals[s] for s in sorted(evals)]
 
 
 def _set_aside_old_log(output_dir: Path) -> None:
@@ -659,7 +536,7 @@ def train(
     if checkpoint is not None:  # the steps before the checkpoint are part of this run's history
         run.history = _history_before(output_dir, checkpoint_step(checkpoint))
         run.step = run.history[-1]["step"] if run.history else 0
-        run.evals = _evals_before(output_dir, checkpoint_step(checkpoint))  # and its baseline stays the first
+        run.evals = evals_before(output_dir, checkpoint_step(checkpoint))  # and its baseline stays the first
     subscribers: list[Callable[[Event], None]] = []
     trainer_callbacks: list[Any] = []
     for cb in callbacks or ():

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from .generation import EpisodeGenerator, HFGenerator, VLLMColocateGenerator, VLLMServerGenerator
@@ -286,6 +287,30 @@ def save_abandoned(trainer: Any, callback: Any, *, alone: bool = False) -> str |
         trainer.store_flos = lambda: None  # this trainer is done: the lost processes' count stays unknown
     save_checkpoint(trainer)
     return str(folder)
+
+
+def save_alone(trainer: Any, callback: Any) -> tuple[str | None, str]:
+    """The checkpoint of the last finished step after the other processes were lost (``save_abandoned``), or why not.
+
+    The lost processes' RNG files are missing from it, so it says how many processes trained it
+    (``resume.checkpoint_processes`` reads that): ``--resume`` with all of them continues it.
+    """
+    if trainer is None or callback is None:
+        return None, " (the trainer had not started)"
+    from .distributed import is_main_process, world_size
+    from .resume import complete_checkpoint, mark_processes
+
+    try:
+        folder = save_abandoned(trainer, callback, alone=True)
+    except Exception as exc:  # noqa: BLE001 - the run failed already; the reason says why there is no checkpoint
+        return None, f" ({type(exc).__name__}: {exc})"
+    if folder is None:
+        return None, " (no step had finished, or the optimizer step was cut short)"
+    if is_main_process():
+        mark_processes(Path(folder), world_size())
+        if not complete_checkpoint(Path(folder)):
+            return None, f" ({folder} is incomplete)"
+    return folder, ""
 
 
 def drop_console_callbacks(trainer: Any) -> None:

@@ -1,0 +1,33 @@
+"""What a finished run lets go of, so that the next run in the same kernel starts with its memory back.
+
+``run`` calls these at the end of every run (completed, stopped or failed; docs/architecture.md, "GPU path").
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def forget_frames(exc: BaseException | None) -> None:
+    """Clear the locals of a kept failure's frames (the trainer, the policy), keeping its traceback text.
+
+    ``run.exception`` lives as long as the run (``last_run()``), and each frame of its traceback holds
+    that frame's locals: the policy and TRL's trainer would stay in GPU memory.
+    """
+    import traceback
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        exc = exc.__cause__ or exc.__context__
+
+
+def free_gpu_memory() -> None:
+    """Collect what the run let go of and hand CUDA's cached blocks back (memory back for the next run)."""
+    import gc
+
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
