@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: Where the settings were read.
-PAPER_INDEX = "https://github.com/huggingface/trl/blob/0fbbe3b2bb0bd98730d5d223495cd7cb627f253d/docs/source/paper_index.md"
+PAPER_INDEX = (
+    "https://github.com/huggingface/trl/blob/0fbbe3b2bb0bd98730d5d223495cd7cb627f253d/docs/source/paper_index.md"
+)
 
 
 @dataclass(frozen=True)
@@ -36,43 +38,86 @@ RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
         Recipe(
-            "grpo", "GRPO as in DeepSeek-R1 (the paper index's DeepSeekMath entry)", "https://huggingface.co/papers/2402.03300",
+            "grpo",
+            "GRPO as in DeepSeek-R1 (the paper index's DeepSeekMath entry)",
+            "https://huggingface.co/papers/2402.03300",
             {"loss_type": "grpo", "beta": 0.001, "epsilon": 10.0},
-            {"num_generations": 16, "max_completion_length": 32_768, "steps_per_generation": 16,
-             "per_device_train_batch_size": 4, "gradient_accumulation_steps": 128},
+            {
+                "num_generations": 16,
+                "max_completion_length": 32_768,
+                "steps_per_generation": 16,
+                "per_device_train_batch_size": 4,
+                "gradient_accumulation_steps": 128,
+            },
             "hyperparameters of 'DeepSeek-R1 incentivizes reasoning in LLMs through reinforcement learning'",
         ),
         Recipe(
-            "dr_grpo", "Dr. GRPO: Understanding R1-Zero-Like Training", "https://huggingface.co/papers/2503.20783",
+            "dr_grpo",
+            "Dr. GRPO: Understanding R1-Zero-Like Training",
+            "https://huggingface.co/papers/2503.20783",
             {"loss_type": "dr_grpo", "beta": 0.0},
             {"per_device_train_batch_size": 1, "num_generations": 8, "max_completion_length": 3000},
         ),
         Recipe(
-            "dapo", "DAPO: An Open-Source LLM Reinforcement Learning System at Scale", "https://huggingface.co/papers/2503.14476",
-            {"mask_truncated_completions": True, "loss_type": "dapo", "epsilon_high": 0.28, "epsilon": 0.2, "beta": 0.0},
+            "dapo",
+            "DAPO: An Open-Source LLM Reinforcement Learning System at Scale",
+            "https://huggingface.co/papers/2503.14476",
+            {
+                "mask_truncated_completions": True,
+                "loss_type": "dapo",
+                "epsilon_high": 0.28,
+                "epsilon": 0.2,
+                "beta": 0.0,
+            },
             {"per_device_train_batch_size": 512, "num_generations": 16, "max_completion_length": 20480},
             "the soft overlong punishment is a reward (trl.rewards.get_soft_overlong_punishment); dynamic sampling is not in TRL",
         ),
         Recipe(
-            "gspo", "GSPO: Group Sequence Policy Optimization", "https://huggingface.co/papers/2507.18071",
-            {"importance_sampling_level": "sequence", "loss_type": "grpo", "beta": 0.0, "epsilon": 3e-4,
-             "epsilon_high": 4e-4, "gradient_accumulation_steps": 1, "steps_per_generation": 4},
+            "gspo",
+            "GSPO: Group Sequence Policy Optimization",
+            "https://huggingface.co/papers/2507.18071",
+            {
+                "importance_sampling_level": "sequence",
+                "loss_type": "grpo",
+                "beta": 0.0,
+                "epsilon": 3e-4,
+                "epsilon_high": 4e-4,
+                "gradient_accumulation_steps": 1,
+                "steps_per_generation": 4,
+            },
             note="only has an effect off-policy: steps_per_generation > gradient_accumulation_steps or num_iterations > 1",
         ),
         Recipe(
-            "cispo", "CISPO, in ScaleRL: The Art of Scaling Reinforcement Learning", "https://huggingface.co/papers/2510.13786",
+            "cispo",
+            "CISPO, in ScaleRL: The Art of Scaling Reinforcement Learning",
+            "https://huggingface.co/papers/2510.13786",
             {"loss_type": "cispo", "epsilon_high": 5.0, "scale_rewards": "batch", "cast_lm_head_to_fp32": True},
             {"num_generations": 16},
         ),
         Recipe(
-            "lite_ppo", "Lite PPO: Tricks or Traps? A Deep Dive into RL for LLM Reasoning", "https://huggingface.co/papers/2508.08221",
-            {"scale_rewards": "batch", "loss_type": "dapo", "beta": 0.0, "top_p": 0.99, "top_k": 100,
-             "temperature": 0.99, "num_iterations": 1},
-            {"num_generations": 8, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 32,
-             "steps_per_generation": 8},
+            "lite_ppo",
+            "Lite PPO: Tricks or Traps? A Deep Dive into RL for LLM Reasoning",
+            "https://huggingface.co/papers/2508.08221",
+            {
+                "scale_rewards": "batch",
+                "loss_type": "dapo",
+                "beta": 0.0,
+                "top_p": 0.99,
+                "top_k": 100,
+                "temperature": 0.99,
+                "num_iterations": 1,
+            },
+            {
+                "num_generations": 8,
+                "per_device_train_batch_size": 4,
+                "gradient_accumulation_steps": 32,
+                "steps_per_generation": 8,
+            },
         ),
         Recipe(
-            "sapo", "SAPO: Soft Adaptive Policy Optimization", "https://huggingface.co/papers/2511.20347",
+            "sapo",
+            "SAPO: Soft Adaptive Policy Optimization",
+            "https://huggingface.co/papers/2511.20347",
             {"loss_type": "sapo", "sapo_temperature_pos": 1.0, "sapo_temperature_neg": 1.05, "scale_rewards": "group"},
         ),
     )

@@ -69,21 +69,36 @@ AUTO: dict[str, str] = {
 
 #: The CLI and form groups of the derived settings: the first pattern that matches a name wins.
 _GROUPS: tuple[tuple[str, str], ...] = (
-    ("TRL: loss", r"^(beta|epsilon|delta|loss_type|scale_rewards|importance_sampling|num_iterations|sapo_|vespo_|"
-                  r"reward_weights|multi_objective|mask_truncated|top_entropy|entropy|use_adaptive_entropy|"
-                  r"off_policy|use_bias_correction|sync_ref|ref_model|cast_lm_head|router_aux|disable_dropout)"),
-    ("TRL: generation", r"^(num_generations|generation_|steps_per_generation|max_completion|temperature|top_|min_p|"
-                        r"repetition|cache_impl|chat_template|use_transformers|transformers_|shuffle|pad_to|ds3_|"
-                        r"max_tool|trust_remote)"),
+    (
+        "TRL: loss",
+        r"^(beta|epsilon|delta|loss_type|scale_rewards|importance_sampling|num_iterations|sapo_|vespo_|"
+        r"reward_weights|multi_objective|mask_truncated|top_entropy|entropy|use_adaptive_entropy|"
+        r"off_policy|use_bias_correction|sync_ref|ref_model|cast_lm_head|router_aux|disable_dropout)",
+    ),
+    (
+        "TRL: generation",
+        r"^(num_generations|generation_|steps_per_generation|max_completion|temperature|top_|min_p|"
+        r"repetition|cache_impl|chat_template|use_transformers|transformers_|shuffle|pad_to|ds3_|"
+        r"max_tool|trust_remote)",
+    ),
     ("TRL: vLLM", r"^vllm_"),
-    ("TRL: evaluation", r"(^eval_|_eval$|^per_device_eval|^prediction|^batch_eval|^include_for|^do_eval|"
-                        r"^metric_for|^greater_is|^load_best|num_generations_eval)"),
-    ("TRL: optimizer and schedule", r"^(optim|adam|lr_|learning|warmup|weight_decay|max_grad|label_smooth|"
-                                    r"average_tokens)"),
-    ("TRL: memory and speed", r"^(bf16|fp16|tf32|activation_|gradient_checkpointing|torch_|use_liger|liger|use_cache|"
-                              r"neftune|auto_find|dataloader|ddp_|parallelism|accelerator|use_cpu|jit|"
-                              r"enable_jit|skip_memory|full_determinism|data_seed|train_sampling|length_column|"
-                              r"label_names|debug)"),
+    (
+        "TRL: evaluation",
+        r"(^eval_|_eval$|^per_device_eval|^prediction|^batch_eval|^include_for|^do_eval|"
+        r"^metric_for|^greater_is|^load_best|num_generations_eval)",
+    ),
+    (
+        "TRL: optimizer and schedule",
+        r"^(optim|adam|lr_|learning|warmup|weight_decay|max_grad|label_smooth|"
+        r"average_tokens)",
+    ),
+    (
+        "TRL: memory and speed",
+        r"^(bf16|fp16|tf32|activation_|gradient_checkpointing|torch_|use_liger|liger|use_cache|"
+        r"neftune|auto_find|dataloader|ddp_|parallelism|accelerator|use_cpu|jit|"
+        r"enable_jit|skip_memory|full_determinism|data_seed|train_sampling|length_column|"
+        r"label_names|debug)",
+    ),
     ("TRL: saving and hub", r"^(save_|hub_|push_|ignore_data|restore_callback)"),
     ("TRL: logging", r".*"),
 )
@@ -152,8 +167,14 @@ class Setting:
         return f"{label} must be {self._kind_words()}, got {value!r}; e.g. {self.flag} {self._example()}."
 
     def _kind_words(self) -> str:
-        words = {bool: "true or false", int: "an integer", float: "a number", str: "text",
-                 dict: "a JSON object", list: "a JSON list"}
+        words = {
+            bool: "true or false",
+            int: "an integer",
+            float: "a number",
+            str: "text",
+            dict: "a JSON object",
+            list: "a JSON list",
+        }
         return " or ".join(dict.fromkeys(words[k] for k in self.kinds))
 
     def _example(self) -> str:
@@ -212,8 +233,11 @@ def _help_choices(help_text: str, default: Any) -> tuple[str, ...] | None:
     loss_type, importance_sampling_level); reading them here lets a bad value be refused before a model
     loads. The default must be among them, a check that the text was read right.
     """
-    if not isinstance(default, str) or not re.search(r"(?i)supported (values|options)|must be one of|options:|"
-                                                     r"either|at the .* or .* level|one of", help_text):
+    if not isinstance(default, str) or not re.search(
+        r"(?i)supported (values|options)|must be one of|options:|"
+        r"either|at the .* or .* level|one of",
+        help_text,
+    ):
         return None
     fields = {f.name for f in config_fields()}  # `use_vllm` in a sentence is a field, not a value
     found = tuple(dict.fromkeys(v for v in _QUOTED.findall(help_text) if v not in fields))
@@ -376,5 +400,9 @@ def unknown_message(name: str, known: list[str]) -> str:
     import difflib
 
     near = difflib.get_close_matches(name, [*known, *settings()], n=2)
-    hint = f"use {' or '.join(repr(n) for n in near)}" if near else "help(GRPOParams) and grpo-magic train --help list them"
+    hint = (
+        f"use {' or '.join(repr(n) for n in near)}"
+        if near
+        else "help(GRPOParams) and grpo-magic train --help list them"
+    )
     return f"Unknown parameter {name!r}: neither a GRPOParams field nor a setting of TRL's GRPOConfig; {hint}."
