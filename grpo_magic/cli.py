@@ -50,7 +50,7 @@ def add_param_arguments(parser: argparse.ArgumentParser, *, refused: bool = True
             continue
         kwargs["type"] = kind
         # Choices are listed in the help but checked by GRPOParams, so every surface words them alike.
-        choices = meta.get("choices")
+        choices = GRPOParams.trl_choices(f.name) if meta.get("trl_choices") else meta.get("choices")
         kwargs["metavar"] = "{" + ",".join(choices) + "}" if choices else f.name.split("_")[-1].upper()
         group.add_argument(GRPOParams.flag(f.name), **kwargs)
     add_trl_arguments(parser)

@@ -189,6 +189,14 @@ class GRPOParams:
 
         return settings()
 
+    @staticmethod
+    def trl_choices(name: str) -> tuple[str, ...]:
+        """TRL's choices of a declared field marked ``trl_choices`` (rl_loss_type: TRL's loss types)."""
+        from .trl_settings import setting_of
+
+        meta = next(f for f in GRPOParams.fields() if f.name == name).metadata
+        return setting_of(meta["trl"]).choices or ()
+
     def __getattr__(self, name: str) -> Any:
         # Only reached when normal lookup fails: a TRL name reads its value (given, else TRL's default).
         if name.startswith("_") or name == "trl_settings" or "trl_settings" not in self.__dict__:
@@ -296,9 +304,7 @@ class GRPOParams:
         if name == "recipe" and value not in RECIPE_NAMES:
             return unknown_recipe_message(value)
         if meta.get("trl_choices"):
-            from .trl_settings import setting_of
-
-            meta = {**meta, "choices": setting_of(meta["trl"]).choices or ()}
+            meta = {**meta, "choices": cls.trl_choices(name)}
         if "choices" in meta and value not in meta["choices"]:
             choices = meta["choices"]
             fix = f"use {flag} {choices[0]}" if len(choices) == 1 else cls._use(name, "use one of them")
