@@ -382,6 +382,11 @@ class GRPOParams:
                 "vllm_mode server needs --vllm-server-url, the URL of a running server "
                 "(start one with: trl vllm-serve --model MODEL); or use --vllm-mode colocate.",
             ))
+        if self.load_in_4bit:
+            from .models import four_bit_problem
+
+            if problem := four_bit_problem(self.peft):
+                found.append(("load_in_4bit", problem))
         if (self.rl_env_module is None) != (self.rl_env_class is None):
             missing = "rl_env_class (--rl-env-class)" if self.rl_env_class is None else "rl_env_module (--rl-env-module)"
             given = "--rl-env-module" if self.rl_env_class is None else "--rl-env-class"

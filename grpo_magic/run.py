@@ -343,7 +343,7 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
     try:
         _quiet_libraries()
         run.events.emit(StatusChanged(status="loading model", message=params.model or ""))
-        model = load_model(model_path, tokenizer=tokenizer)  # resizes embeddings if a pad token was added
+        model = load_model(model_path, tokenizer=tokenizer, load_in_4bit=params.load_in_4bit)  # resizes embeddings if a pad token was added
         config = params.to_grpo_config(str(run.output_dir), **distributed_overrides())
         reward = EnvReward(prepared.env, workers=params.rl_env_workers, timeout=params.rl_episode_timeout,
                            max_error_rate=params.rl_max_error_rate)
@@ -481,7 +481,8 @@ def train(
         _refuse_if_training()
         _ACTIVE = _LAST = run
     run.events.emit(RunStarted(params=params.to_dict(), env_name=prepared.spec.name, model=params.model or "",
-                               output_dir=str(output_dir), max_steps=params.max_steps))
+                               output_dir=str(output_dir), max_steps=params.max_steps,
+                               trl_config=params.trl_differences()))
     args = (run, params, prepared, model_path, tokenizer, trainer_callbacks, checkpoint)
     if blocking:
         # In the main thread (a script, Colab, a launched process), Ctrl-C and SIGTERM are Stop (signals).

@@ -256,6 +256,7 @@ def load_model(
     lora_alpha: int = 32,
     trust_remote_code: bool = False,
     tokenizer: Any = None,
+    load_in_4bit: bool = False,
 ) -> Any:
     """Load the causal LM, in bf16 where the hardware supports it and float32 otherwise.
 
@@ -270,8 +271,9 @@ def load_model(
 
     path = _local_or_id(name_or_path)
     dtype = torch.bfloat16 if supports_bf16() else torch.float32
+    extra = {"quantization_config": quantization_config(dtype)} if load_in_4bit else {}
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code, **extra)
     except Exception as exc:
         raise GRPOMagicError(f"Could not load model '{name_or_path}': {one_line(exc, 10_000)}") from exc
     if tokenizer is not None:
@@ -281,6 +283,29 @@ def load_model(
         if model.config.pad_token_id is None and tokenizer.pad_token_id is not None:
             model.config.pad_token_id = tokenizer.pad_token_id
     return model
+
+
+def quantization_config(compute_dtype: Any) -> Any:
+    """QLoRA's 4-bit loading (NF4, double quantization), as the QLoRA paper and transformers' docs set it."""
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=compute_dtype)
+
+
+def four_bit_problem(peft: bool) -> str | None:
+    """Why --load-in-4bit cannot work here, in one sentence, before any model loads; None when it can."""
+    import importlib.util
+
+    if not peft:
+        return ("load_in_4bit (--load-in-4bit) trains LoRA adapters on a frozen 4-bit model, so it needs --peft; "
+                "add --peft, or leave --load-in-4bit out.")
+    if not has_cuda():
+        return ("load_in_4bit (--load-in-4bit) needs a CUDA GPU (bitsandbytes' 4-bit kernels) and this machine has "
+                "none; leave --load-in-4bit out on a CPU (--peft alone trains LoRA in full precision).")
+    if importlib.util.find_spec("bitsandbytes") is None:
+        return "load_in_4bit (--load-in-4bit) needs bitsandbytes; pip install 'grpo-magic[qlora]'."
+    return None
 
 
 def lora_config(lora_r: int, lora_alpha: int) -> peft.LoraConfig:
