@@ -16,6 +16,7 @@ from typing import Any
 
 from .env import registered_envs
 from .errors import GRPOMagicError
+from .memory import CARDS
 from .params import GROUPS, GRPOParams
 
 MODULE_CHOICE = "(module and class below)"
@@ -75,6 +76,12 @@ class TrainForm:
         self.trl_rows: dict[str, Any] = {}
         sections.append(self._trl_section(params))
         self._applying_recipe = False
+        self.card = w.Dropdown(options=["this GPU", *CARDS], value="this GPU", description="will it fit on",
+                               style={"description_width": "initial"})
+        self.fit_button = w.Button(description="estimate memory", icon="calculator")
+        self.fit_html = w.HTML()
+        self.fit_button.on_click(lambda _b: self.show_estimate())
+        sections.append(w.HBox([self.card, self.fit_button, self.fit_html]))
         self.problems_html = w.HTML()
         self.command = w.Textarea(disabled=False, layout=w.Layout(width="100%", height="60px"),
                                   description="command", style={"description_width": "initial"})
@@ -273,6 +280,16 @@ class TrainForm:
             self.status.value = f"<span style='color:#b00020'>{html.escape(str(exc))}</span>"
             return
         self.status.value = f"run started: {html.escape(str(getattr(self.run, 'output_dir', '')))}"
+
+    def show_estimate(self) -> None:
+        """The "will it fit" estimate of the form's values (memory.py): weights, gradients, optimizer, activations."""
+        from .memory import estimate
+
+        try:
+            card = None if self.card.value == "this GPU" else self.card.value
+            self.fit_html.value = estimate(self.params(), card=card).html()
+        except Exception as exc:  # noqa: BLE001 - a model whose config cannot be read: say so, beside the button
+            self.fit_html.value = f"<span style='color:#b00020'>{html.escape(str(exc))}</span>"
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
