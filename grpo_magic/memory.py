@@ -11,7 +11,6 @@ the terms against measurements on CPU (optimizer state bytes, saved activations 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,8 +81,15 @@ def _lora_parameters(config: Any, r: int) -> int:
     heads = getattr(config, "num_attention_heads", 1)
     kv = getattr(config, "num_key_value_heads", heads) or heads
     head_dim = getattr(config, "head_dim", None) or h // heads
-    shapes = [(h, heads * head_dim), (h, kv * head_dim), (h, kv * head_dim), (heads * head_dim, h),
-              (h, inter), (h, inter), (inter, h)]
+    shapes = [
+        (h, heads * head_dim),
+        (h, kv * head_dim),
+        (h, kv * head_dim),
+        (heads * head_dim, h),
+        (h, inter),
+        (h, inter),
+        (inter, h),
+    ]
     return config.num_hidden_layers * sum(r * (a + b) for a, b in shapes)
 
 
@@ -106,8 +112,9 @@ def card_memory(card: str | None) -> tuple[str, float | None]:
     return "this machine (no GPU)", None
 
 
-def estimate(params: Any, model_path: str | None = None, *, card: str | None = None,
-             prompt_tokens: int = 256) -> Estimate:
+def estimate(
+    params: Any, model_path: str | None = None, *, card: str | None = None, prompt_tokens: int = 256
+) -> Estimate:
     """The memory a run of ``params`` needs on ``card`` (default: this kernel's GPU)."""
     kwargs = params.grpo_config_kwargs()
     path = model_path or params.model

@@ -18,6 +18,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import trl_settings as _trl_settings
 from .distributed import world_size
 from .errors import GRPOMagicError
 from .recipes import NAMES as RECIPE_NAMES
@@ -521,39 +522,8 @@ def _explicit_by_trl() -> dict[str, str]:
 
 
 def _route(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Keyword arguments as (declared fields, derived TRL settings): a TRL name of a declared field becomes that
-    field; naming one setting twice, a setting grpo_magic owns, or an unknown name is one sentence."""
-    names = {f.name for f in GRPOParams.fields()}
-    explicit = {k: v for k, v in kwargs.items() if k in names}
-    trl: dict[str, Any] = dict(kwargs.get("trl_settings") or {})
-    extra = {k: v for k, v in kwargs.items() if k not in names and k != "trl_settings"}
-    if not extra:
-        return explicit, trl
-    by_trl = _explicit_by_trl()
-    from . import trl_settings as ts
-
-    for given, value in extra.items():
-        name = ts.resolve_name(given)
-        label = f"{given} (--{given.replace('_', '-')})"
-        if name in by_trl:
-            ours = by_trl[name]
-            if ours in explicit:
-                raise GRPOMagicError(
-                    f"{ours} ({GRPOParams.flag(ours)}) and {label} are the same setting (GRPOConfig's {name}); "
-                    f"keep one of them, e.g. only {GRPOParams.flag(ours)}.")
-            explicit[ours] = value
-        elif name in ts.OWNED:
-            raise GRPOMagicError(ts.owned_message(name))
-        elif name in ts.settings():
-            if name in trl and given != name:
-                raise GRPOMagicError(f"{name} (--{name.replace('_', '-')}) and {label} are the same setting "
-                                     f"({given} is its old name); keep only --{name.replace('_', '-')}.")
-            trl[name] = value
-        elif name in ts.unsettable():
-            raise GRPOMagicError(f"{name} cannot be set by grpo_magic: {ts.unsettable()[name]}.")
-        else:
-            raise GRPOMagicError(ts.unknown_message(given, sorted(names)))
-    return explicit, trl
+    """Keyword arguments as (declared fields, derived TRL settings) (``trl_settings.route``)."""
+    return _trl_settings.route(kwargs, [f.name for f in GRPOParams.fields()], GRPOParams.flag)
 
 
 def _apply_recipe(explicit: dict[str, Any], trl: dict[str, Any]) -> None:
@@ -585,6 +555,7 @@ _init.__doc__ = (
     "sets that field; recipe='dapo' fills what the recipe sets and you did not."
 )
 GRPOParams.__init__ = _init  # type: ignore[method-assign]
+_trl_settings.EXPLICIT.update(_explicit_by_trl())
 
 
 @functools.cache
@@ -612,14 +583,6 @@ def _divisibility_message(batch_size: int, accumulation: int, processes: int, n:
         f"{parts} = {per_step} completions per step, which is not divisible by rl_num_generations {n} "
         f"(each prompt needs a whole group); {fix}."
     )
-
-
-def _known_names_fix(name: str) -> str:
-    """The fix for an unknown parameter name: the nearest field name, else where the names are listed."""
-    import difflib
-
-    near = difflib.get_close_matches(name, [f.name for f in GRPOParams.fields()], n=1)
-    return f"use {near[0]!r}" if near else "use a GRPOParams field name (help(GRPOParams) lists them)"
 
 
 def markdown_table() -> str:

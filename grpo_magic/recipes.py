@@ -1,7 +1,7 @@
 """Recipes: the published GRPO variants, one word each, from TRL's own paper index.
 
-Each recipe is the ``GRPOConfig`` of an entry of TRL's ``docs/source/paper_index.md`` (repository
-huggingface/trl, read at commit 0fbbe3b2bb0bd98730d5d223495cd7cb627f253d), with the paper's link.
+Each recipe is the ``GRPOConfig`` of an entry of TRL's paper index (``docs/source/paper_index`` in the
+repository huggingface/trl, read at commit 0fbbe3b2bb0bd98730d5d223495cd7cb627f253d), with the paper's link.
 ``settings`` are the algorithm's settings, which a recipe sets; ``scale`` are the paper's batch sizes
 and lengths (the hardware it ran on), shown in the docs but not applied: 512 completions of 20480
 tokens per device is not what a notebook run means by "DAPO". Explicit settings win over a recipe.
@@ -18,7 +18,7 @@ from typing import Any
 
 #: Where the settings were read.
 PAPER_INDEX = (
-    "https://github.com/huggingface/trl/blob/0fbbe3b2bb0bd98730d5d223495cd7cb627f253d/docs/source/paper_index.md"
+    "https://github.com/huggingface/trl/blob/0fbbe3b2bb0bd98730d5d223495cd7cb627f253d/docs/source/paper_index" ".md"
 )
 
 

@@ -272,11 +272,12 @@ def _own_names() -> frozenset[str]:
     return frozenset(f.name for f in config_fields() if f.name not in inherited)
 
 
-def explicit_names() -> dict[str, str]:
-    """``GRPOConfig`` field -> the ``GRPOParams`` field that sets it (its ``trl`` metadata)."""
-    from .params import GRPOParams
+#: ``GRPOConfig`` field -> the ``GRPOParams`` field that sets it (its ``trl`` metadata); filled by ``params``.
+EXPLICIT: dict[str, str] = {}
 
-    return {f.metadata["trl"]: f.name for f in GRPOParams.fields() if f.metadata.get("trl")}
+
+def explicit_names() -> dict[str, str]:
+    return EXPLICIT
 
 
 @functools.cache
@@ -365,12 +366,10 @@ def build_config(kwargs: dict[str, Any]) -> Any:
 
 def trl_error_message(exc: BaseException, params: Any) -> str:
     """TRL's error as one sentence that names our flags for the settings it names, and the fix."""
-    from .params import GRPOParams
-
     text = re.sub(r"\.\s+(?=[A-Z])", "; ", " ".join(str(exc).split())).rstrip(".")  # one sentence
     by_trl = explicit_names()
     named = [f.name for f in config_fields() if re.search(rf"(?<![\w]){re.escape(f.name)}(?![\w])", text)]
-    flags = list(dict.fromkeys(GRPOParams.flag(by_trl.get(n, n)) for n in named if n not in OWNED))
+    flags = list(dict.fromkeys("--" + by_trl.get(n, n).replace("_", "-") for n in named if n not in OWNED))
     fix = f"change {' or '.join(flags)}" if flags else "change the settings it names"
     if "bf16" in text and "support" in text:
         fix = "leave --bf16 out (grpo_magic chooses it for the device) or pass --no-bf16"
@@ -406,3 +405,38 @@ def unknown_message(name: str, known: list[str]) -> str:
         else "help(GRPOParams) and grpo-magic train --help list them"
     )
     return f"Unknown parameter {name!r}: neither a GRPOParams field nor a setting of TRL's GRPOConfig; {hint}."
+
+
+def route(kwargs: dict[str, Any], names: list[str], flag: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Keyword arguments as (declared fields, derived TRL settings): a TRL name of a declared field becomes that
+    field; naming one setting twice, a setting grpo_magic owns, or an unknown name is one sentence."""
+    from .errors import GRPOMagicError
+
+    explicit = {k: v for k, v in kwargs.items() if k in names}
+    trl: dict[str, Any] = dict(kwargs.get("trl_settings") or {})
+    extra = {k: v for k, v in kwargs.items() if k not in names and k != "trl_settings"}
+    for given, value in extra.items():
+        name = resolve_name(given)
+        label = f"{given} (--{given.replace('_', '-')})"
+        if name in EXPLICIT:
+            ours = EXPLICIT[name]
+            if ours in explicit:
+                raise GRPOMagicError(
+                    f"{ours} ({flag(ours)}) and {label} are the same setting (GRPOConfig's {name}); "
+                    f"keep one of them, e.g. only {flag(ours)}."
+                )
+            explicit[ours] = value
+        elif name in OWNED:
+            raise GRPOMagicError(owned_message(name))
+        elif name in settings():
+            if name in trl and given != name:
+                raise GRPOMagicError(
+                    f"{name} (--{name.replace('_', '-')}) and {label} are the same setting "
+                    f"({given} is its old name); keep only --{name.replace('_', '-')}."
+                )
+            trl[name] = value
+        elif name in unsettable():
+            raise GRPOMagicError(f"{name} cannot be set by grpo_magic: {unsettable()[name]}.")
+        else:
+            raise GRPOMagicError(unknown_message(given, sorted(names)))
+    return explicit, trl
