@@ -131,8 +131,8 @@ def unknown_recipe_message(name: str, flag: str = "--recipe") -> str:
     import difflib
 
     near = difflib.get_close_matches(str(name), NAMES, n=2, cutoff=0.4)
-    hint = f"did you mean {' or '.join(near)}? " if near else ""
-    return f"recipe ({flag}) {name!r} is not a recipe; {hint}use one of {', '.join(NAMES)} (or none)."
+    hint = f"use {' or '.join(near)} (the closest names)." if near else "use one of them (or none)."
+    return f"recipe ({flag}) must be one of {', '.join(NAMES)}, not {name!r}; {hint}"
 
 
 def markdown_table() -> str:

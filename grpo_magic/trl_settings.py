@@ -413,6 +413,10 @@ def route(kwargs: dict[str, Any], names: list[str], flag: Any) -> tuple[dict[str
     from .errors import GRPOMagicError
 
     explicit = {k: v for k, v in kwargs.items() if k in names}
+    if not isinstance(kwargs.get("trl_settings") or {}, dict):
+        raise GRPOMagicError(
+            "trl_settings must be a dict of GRPOConfig settings; pass them as keywords instead, e.g. scale_rewards='none'."
+        )
     trl: dict[str, Any] = dict(kwargs.get("trl_settings") or {})
     extra = {k: v for k, v in kwargs.items() if k not in names and k != "trl_settings"}
     for given, value in extra.items():
@@ -423,7 +427,7 @@ def route(kwargs: dict[str, Any], names: list[str], flag: Any) -> tuple[dict[str
             if ours in explicit:
                 raise GRPOMagicError(
                     f"{ours} ({flag(ours)}) and {label} are the same setting (GRPOConfig's {name}); "
-                    f"keep one of them, e.g. only {flag(ours)}."
+                    f"keep one of them: use only {flag(ours)}."
                 )
             explicit[ours] = value
         elif name in OWNED:
@@ -432,7 +436,7 @@ def route(kwargs: dict[str, Any], names: list[str], flag: Any) -> tuple[dict[str
             if name in trl and given != name:
                 raise GRPOMagicError(
                     f"{name} (--{name.replace('_', '-')}) and {label} are the same setting "
-                    f"({given} is its old name); keep only --{name.replace('_', '-')}."
+                    f"({given} is its old name); use only --{name.replace('_', '-')}."
                 )
             trl[name] = value
         elif name in unsettable():

@@ -302,7 +302,7 @@ def four_bit_problem(peft: bool) -> str | None:
                 "add --peft, or leave --load-in-4bit out.")
     if not has_cuda():
         return ("load_in_4bit (--load-in-4bit) needs a CUDA GPU (bitsandbytes' 4-bit kernels) and this machine has "
-                "none; leave --load-in-4bit out on a CPU (--peft alone trains LoRA in full precision).")
+                "none; use --peft alone on a CPU (LoRA in full precision), or train on a CUDA GPU.")
     if importlib.util.find_spec("bitsandbytes") is None:
         return "load_in_4bit (--load-in-4bit) needs bitsandbytes; pip install 'grpo-magic[qlora]'."
     return None
