@@ -32,7 +32,6 @@ OWNED: dict[str, str] = {
     "logging_dir": "grpo_magic writes the run log into the project folder; use project_name (--project-name)",
     "logging_strategy": "grpo_magic logs every logging_steps steps for its run log; use logging_steps (--logging-steps)",
     "save_strategy": "grpo_magic saves every save_steps steps and when a run stops; use save_steps (--save-steps)",
-    "report_to": "use report_to (--report-to)",
     "run_name": "the run is named by project_name (--project-name)",
     "log_completions": "grpo_magic keeps every completion in the run log and the dashboard already (run.completions)",
     "log_completions_hub_repo": "grpo_magic keeps every completion in the run log (events.jsonl in the project folder)",
