@@ -32,11 +32,11 @@ class OneLineParser(argparse.ArgumentParser):
         raise ArgumentError(f"{message}; run {self.prog} --help for the flags and their values.")
 
 
-def add_param_arguments(parser: argparse.ArgumentParser, *, refused: bool = True) -> None:
+def add_param_arguments(parser: argparse.ArgumentParser, *, refused: bool = True, trl: bool = True) -> None:
     """One flag per ``GRPOParams`` field, grouped as in the form, with help from the metadata; then TRL's.
 
     ``refused``: add the hidden flags of settings refused with a sentence now (else ``add_refused_arguments``
-    later, after flags of the caller's own that may share a name).
+    later, after flags of the caller's own that may share a name). ``trl``: add TRL's settings (imports trl).
     """
     groups = {name: parser.add_argument_group(name) for name in GROUPS}
     for f in GRPOParams.fields():
@@ -50,11 +50,12 @@ def add_param_arguments(parser: argparse.ArgumentParser, *, refused: bool = True
             continue
         kwargs["type"] = kind
         # Choices are listed in the help but checked by GRPOParams, so every surface words them alike.
-        choices = GRPOParams.trl_choices(f.name) if meta.get("trl_choices") else meta.get("choices")
+        choices = (GRPOParams.trl_choices(f.name) if trl else None) if meta.get("trl_choices") else meta.get("choices")
         kwargs["metavar"] = "{" + ",".join(choices) + "}" if choices else f.name.split("_")[-1].upper()
         group.add_argument(GRPOParams.flag(f.name), **kwargs)
-    add_trl_arguments(parser)
-    if refused:
+    if trl:
+        add_trl_arguments(parser)
+    if refused and trl:
         add_refused_arguments(parser)
 
 

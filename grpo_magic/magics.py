@@ -39,7 +39,7 @@ from .run import active_run, in_colab, last_run, train
 from .text import one_line
 
 
-def _train_parser() -> OneLineParser:
+def _train_parser(*, trl: bool = True) -> OneLineParser:
     parser = OneLineParser(prog="%grpo_train", description="Train with GRPO on a registered env (shows a form "
                            "unless --run is given).", add_help=False)
     parser.add_argument("--env", help="name of an env registered with %%grpo_env or register_env()")
@@ -47,7 +47,7 @@ def _train_parser() -> OneLineParser:
     parser.add_argument("--blocking", action="store_true",
                         help="train in the foreground (default: a background thread, so Stop works; Colab: foreground)")
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the output folder")
-    add_param_arguments(parser)
+    add_param_arguments(parser, trl=trl)
     return parser
 
 
@@ -543,7 +543,9 @@ def unload_ipython_extension(ipython: Any) -> None:
 def _train_help() -> str:
     return ("Show the GRPO parameter form, or train at once with --run; returns the run.\n\n"
             "Examples:\n  run = %grpo_train --env HotelEnv --model tiny --run\n  %grpo_train --env HotelEnv\n\n"
-            + _train_parser().format_help())
+            + _train_parser(trl=False).format_help()
+            + "\nEvery other setting of TRL's GRPOConfig is a flag too, by its TRL name (--scale-rewards none); "
+            "grpo-magic train --help lists them (kept out of here so that %load_ext does not import TRL).\n")
 
 
 # last_run is part of the notebook story too: `grpo_magic.last_run()` after `%grpo_train`.
