@@ -401,7 +401,7 @@ def unknown_message(name: str, known: list[str]) -> str:
     hint = (
         f"use {' or '.join(repr(n) for n in near)}"
         if near
-        else "help(GRPOParams) and grpo-magic train --help list them"
+        else "use a name that help(GRPOParams) or grpo-magic train --help lists"
     )
     return f"Unknown parameter {name!r}: neither a GRPOParams field nor a setting of TRL's GRPOConfig; {hint}."
 
