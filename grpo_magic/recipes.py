@@ -18,7 +18,7 @@ from typing import Any
 
 #: Where the settings were read.
 PAPER_INDEX = (
-    "https://github.com/huggingface/trl/blob/0fbbe3b2bb0bd98730d5d223495cd7cb627f253d/docs/source/paper_index" ".md"
+    "https://github.com/huggingface/trl/blob/0fbbe3b2bb0bd98730d5d223495cd7cb627f253d/docs/source/paper_index.md"
 )
 
 

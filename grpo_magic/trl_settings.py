@@ -132,7 +132,7 @@ class Setting:
 
     @property
     def is_json(self) -> bool:
-        return self.kind in (dict, list)
+        return dict in self.kinds or list in self.kinds
 
     def check(self, value: Any, label: str) -> str | None:
         """The problem with a value of this setting, and its fix, in one sentence, or None."""
@@ -153,6 +153,10 @@ class Setting:
                 return f"{label} must be a finite number, got {value!r}; pass a finite number."
             return None
         elif isinstance(value, str) and str in self.kinds:
+            try:
+                self.parse(value)
+            except json.JSONDecodeError as exc:
+                return f"{label} is not valid JSON ({exc.msg}); write it as JSON, e.g. {self.flag} '{self._example()}'."
             return None
         elif isinstance(value, (dict, list, str)) and (dict in self.kinds or list in self.kinds):
             parsed = value
@@ -185,7 +189,7 @@ class Setting:
 
     def parse(self, value: Any) -> Any:
         """A checked value as TRL takes it: JSON text as the object it writes."""
-        if self.is_json and isinstance(value, str):
+        if self.is_json and isinstance(value, str) and value.strip()[:1] in ("{", "["):
             return json.loads(value)
         return value
 

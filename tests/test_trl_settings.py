@@ -155,3 +155,38 @@ def test_memory_estimate_for_tiny_matches_the_loaded_model():
     loaded = AutoModelForCausalLM.from_pretrained(tiny_model_path())
     assert est.parameters == sum(p.numel() for p in loaded.parameters())
     assert est.fits is True and "fits on L4" in est.text()
+
+
+def test_the_exported_launch_folder_carries_trl_settings_and_the_recipe():
+    from grpo_magic.cli import params_from_namespace
+    from grpo_magic.export import launch_script
+
+    params = GRPOParams(model="tiny", recipe="gspo", scale_rewards="batch", lr_scheduler_kwargs={"num_cycles": 2},
+                        activation_checkpointing=False)
+    script = launch_script(params, "LettersEnv")
+    for line in ("--recipe gspo", "--scale-rewards batch", "--no-activation-checkpointing",
+                 "--lr-scheduler-kwargs '{\"num_cycles\": 2}'"):
+        assert line in script, line
+    argv = params.to_cli_args()
+    again = params_from_namespace(build_parser().parse_args(["train", *argv]))
+    assert again.grpo_config_kwargs() == params.grpo_config_kwargs()
+
+
+def test_gradient_checkpointing_is_the_alias_of_activation_checkpointing():
+    assert "activation_checkpointing" in {f.name for f in dataclasses.fields(GRPOConfig)}
+    args = build_parser().parse_args(["train", "--model", "tiny", "--no-gradient-checkpointing"])
+    from grpo_magic.cli import params_from_namespace
+
+    params = params_from_namespace(args)
+    assert params.trl_settings == {"activation_checkpointing": False}
+    assert GRPOParams(model="tiny", gradient_checkpointing=True).activation_checkpointing is True
+    with pytest.raises(Exception, match="old name"):
+        GRPOParams(model="tiny", activation_checkpointing=True, gradient_checkpointing=False)
+
+
+def test_fp16_and_bf16_unset_mean_chosen_for_the_device_and_a_value_wins():
+    auto = GRPOParams(model="tiny").grpo_config_kwargs()
+    assert auto["bf16"] is False and "fp16" not in auto  # this CPU: neither
+    assert GRPOParams(model="tiny", bf16=False, fp16=False).grpo_config_kwargs()["fp16"] is False
+    chosen = GRPOParams(model="tiny", fp16=True).grpo_config_kwargs()
+    assert chosen["fp16"] is True and chosen["bf16"] is False
