@@ -126,7 +126,9 @@ class TrainForm:
     def _trl_widget(self, setting: Any, value: Any) -> Any:
         w = self._w
         common = dict(description=setting.name, style={"description_width": "initial"}, layout=w.Layout(width="auto"))
-        default = "chosen for the device" if setting.default is None and not setting.optional else repr(setting.default)
+        from .trl_settings import AUTO
+
+        default = "chosen for the device" if setting.name in AUTO else repr(setting.default)
         if setting.kind is bool or setting.choices:
             values = [True, False] if setting.kind is bool else list(setting.choices)
             options = [(f"(TRL default: {default})", None), *[(str(v), v) for v in values]]

@@ -190,3 +190,12 @@ def test_fp16_and_bf16_unset_mean_chosen_for_the_device_and_a_value_wins():
     assert GRPOParams(model="tiny", bf16=False, fp16=False).grpo_config_kwargs()["fp16"] is False
     chosen = GRPOParams(model="tiny", fp16=True).grpo_config_kwargs()
     assert chosen["fp16"] is True and chosen["bf16"] is False
+
+
+def test_grpo_check_says_whether_the_run_fits_before_checking(shell, capsys):
+    from tests.test_magics import _env_cell
+
+    _env_cell(shell, score="0.5")
+    shell.run_line_magic("grpo_check", "CountEnv --model tiny --samples 2 --rl-max-new-tokens 4 --card T4")
+    out = capsys.readouterr().out
+    assert "will it fit: tiny:" in out and "fits on T4 (16 GB)" in out and "optimizer" in out
