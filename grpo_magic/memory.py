@@ -113,7 +113,12 @@ def card_memory(card: str | None) -> tuple[str, float | None]:
 
 
 def estimate(
-    params: Any, model_path: str | None = None, *, card: str | None = None, prompt_tokens: int = 256
+    params: Any,
+    model_path: str | None = None,
+    *,
+    card: str | None = None,
+    prompt_tokens: int = 256,
+    fixes: bool = True,
 ) -> Estimate:
     """The memory a run of ``params`` needs on ``card`` (default: this kernel's GPU)."""
     kwargs = params.grpo_config_kwargs()
@@ -154,19 +159,42 @@ def estimate(
     if params.use_vllm and params.vllm_mode == "colocate" and card_bytes is not None:
         terms["vLLM share"] = card_bytes * float(params.vllm_gpu_memory_utilization)
     result = Estimate(str(params.model), n, trainable, terms, name, card_bytes)
-    result.fixes = _fixes(result, params, checkpointing)
+    if fixes and result.fits is False:
+        result.fixes = _fixes(result, params, bool(checkpointing), str(path), card, prompt_tokens)
     return result
 
 
-def _fixes(result: Estimate, params: Any, checkpointing: bool) -> list[str]:
-    """The one or two settings that would save the most."""
-    fixes = []
+def _fixes(
+    result: Estimate, params: Any, checkpointing: bool, path: str, card: str | None, prompt_tokens: int
+) -> list[str]:
+    """The one or two settings that would save the most, each estimated again with that change."""
+    candidates: list[tuple[str, dict[str, Any]]] = []
     if not params.peft:
-        fixes.append("train LoRA adapters (--peft) instead of every weight")
+        candidates.append(("train LoRA adapters (--peft) instead of every weight", {"peft": True}))
     elif not params.load_in_4bit:
-        fixes.append("load the model in 4 bits (--load-in-4bit, with --peft)")
+        candidates.append(("load the model in 4 bits (--load-in-4bit, with --peft)", {"load_in_4bit": True}))
     if not checkpointing:
-        fixes.append("turn on --activation-checkpointing")
-    elif result.terms["activations"] + result.terms["logits"] > result.total / 3:
-        fixes.append("lower --batch-size or --rl-max-new-tokens")
-    return fixes[:2]
+        candidates.append(("turn on --activation-checkpointing", {"activation_checkpointing": True}))
+    if params.batch_size > params.rl_num_generations:
+        half = max(params.rl_num_generations, params.batch_size // 2)
+        candidates.append(
+            (
+                f"halve --batch-size (to {half}) and double --gradient-accumulation",
+                {"batch_size": half, "gradient_accumulation": params.gradient_accumulation * 2},
+            )
+        )
+    if params.rl_max_new_tokens > 64:
+        candidates.append(
+            (
+                f"lower --rl-max-new-tokens (to {params.rl_max_new_tokens // 2})",
+                {"rl_max_new_tokens": params.rl_max_new_tokens // 2},
+            )
+        )
+    saved = []
+    for words, change in candidates:
+        try:
+            other = estimate(params.replace(**change), path, card=card, prompt_tokens=prompt_tokens, fixes=False)
+        except Exception:  # noqa: BLE001 - a change these params reject is no fix
+            continue
+        saved.append((result.total - other.total, words))
+    return [words for gain, words in sorted(saved, reverse=True) if gain > 0][:2]
