@@ -28,7 +28,6 @@ from .text import finite, show
 #: Form sections, in display order.
 GROUPS = ("Model", "Environment", "GRPO", "Generation", "Optimization", "LoRA", "vLLM", "Output")
 
-LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo")
 
 
 def _p(default: Any, help: str, group: str, **meta: Any) -> Any:
