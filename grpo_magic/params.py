@@ -29,7 +29,6 @@ from .text import finite, show
 GROUPS = ("Model", "Environment", "GRPO", "Generation", "Optimization", "LoRA", "vLLM", "Output")
 
 
-
 def _p(default: Any, help: str, group: str, **meta: Any) -> Any:
     """A parameter: its default, its help text, its form section and its checks.
 
