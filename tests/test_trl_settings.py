@@ -201,3 +201,17 @@ def test_grpo_check_says_whether_the_run_fits_before_checking(shell, capsys):
     shell.run_line_magic("grpo_check", "CountEnv --model tiny --samples 2 --rl-max-new-tokens 4 --card T4")
     out = capsys.readouterr().out
     assert "will it fit: tiny:" in out and "fits on T4 (16 GB)" in out and "optimizer" in out
+
+
+def test_checking_trls_rules_keeps_accelerates_state():
+    """A run training in this process needs accelerate's state: the check builds its config on that state."""
+    from accelerate.state import PartialState
+
+    state = PartialState(cpu=True)
+    PartialState._shared_state["grpo_magic_test_marker"] = "a run's state"  # a reset would drop it
+    before = dict(PartialState._shared_state)
+    assert GRPOParams(model="tiny", scale_rewards="batch").problems() == []
+    assert PartialState._shared_state == before and PartialState().device == state.device
+    problem = GRPOParams(model="tiny", generation_batch_size=6).problems()
+    assert problem and "--generation-batch-size" in problem[0][1] and PartialState._shared_state == before
+    del PartialState._shared_state["grpo_magic_test_marker"]
