@@ -45,11 +45,19 @@ def main() -> None:
     ids = torch.randint(0, model.config.vocab_size, (4, 64 + 16))
     model(input_ids=ids).logits.sum().backward()
     optimizer.step()
-    state = sum(t.numel() * t.element_size() for s in optimizer.state.values() for t in s.values()
-                if torch.is_tensor(t) and t.dim() > 0)
+    state = sum(
+        t.numel() * t.element_size()
+        for s in optimizer.state.values()
+        for t in s.values()
+        if torch.is_tensor(t) and t.dim() > 0
+    )
     params = GRPOParams(model="tiny", batch_size=4, rl_max_new_tokens=16, rl_num_generations=4)
-    out = {"parameters_meta": counted, "parameters_loaded": real,
-           "optimizer_measured": state, "optimizer_estimated": estimate(params, path).terms["optimizer"]}
+    out = {
+        "parameters_meta": counted,
+        "parameters_loaded": real,
+        "optimizer_measured": state,
+        "optimizer_estimated": estimate(params, path).terms["optimizer"],
+    }
     for checkpointing in (False, True):
         model.zero_grad()
         if checkpointing:

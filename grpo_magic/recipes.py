@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: Where the settings were read.
-PAPER_INDEX = "https://github.com/huggingface/trl/blob/0fbbe3b2bb0bd98730d5d223495cd7cb627f253d/docs/source/paper_index" + ".md"
+PAPER_INDEX = (
+    "https://github.com/huggingface/trl/blob/0fbbe3b2bb0bd98730d5d223495cd7cb627f253d/docs/source/paper_index" + ".md"
+)
 
 
 @dataclass(frozen=True)

@@ -24,19 +24,54 @@ REPO = Path(__file__).resolve().parents[1]
 #: TRL's paper index (docs/source/paper_index in huggingface/trl at 0fbbe3b2bb0bd98730d5d223495cd7cb627f253d),
 #: each entry's GRPOConfig(...) as written there.
 PAPER_INDEX = {
-    "grpo": dict(loss_type="grpo", beta=0.001, epsilon=10.0, num_generations=16, max_completion_length=32_768,
-                 steps_per_generation=16, per_device_train_batch_size=4, gradient_accumulation_steps=128),
-    "gspo": dict(importance_sampling_level="sequence", loss_type="grpo", beta=0.0, epsilon=3e-4, epsilon_high=4e-4,
-                 gradient_accumulation_steps=1, steps_per_generation=4),
-    "dapo": dict(mask_truncated_completions=True, loss_type="dapo", epsilon_high=0.28, epsilon=0.2,
-                 per_device_train_batch_size=512, num_generations=16, max_completion_length=20480, beta=0.0),
-    "dr_grpo": dict(loss_type="dr_grpo", per_device_train_batch_size=1, num_generations=8,
-                    max_completion_length=3000, beta=0.0),
-    "lite_ppo": dict(scale_rewards="batch", loss_type="dapo", beta=0.0, top_p=0.99, top_k=100, temperature=0.99,
-                     num_generations=8, num_iterations=1, per_device_train_batch_size=4, gradient_accumulation_steps=32,
-                     steps_per_generation=8),
-    "cispo": dict(loss_type="cispo", epsilon_high=5.0, num_generations=16, scale_rewards="batch",
-                  cast_lm_head_to_fp32=True),
+    "grpo": dict(
+        loss_type="grpo",
+        beta=0.001,
+        epsilon=10.0,
+        num_generations=16,
+        max_completion_length=32_768,
+        steps_per_generation=16,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=128,
+    ),
+    "gspo": dict(
+        importance_sampling_level="sequence",
+        loss_type="grpo",
+        beta=0.0,
+        epsilon=3e-4,
+        epsilon_high=4e-4,
+        gradient_accumulation_steps=1,
+        steps_per_generation=4,
+    ),
+    "dapo": dict(
+        mask_truncated_completions=True,
+        loss_type="dapo",
+        epsilon_high=0.28,
+        epsilon=0.2,
+        per_device_train_batch_size=512,
+        num_generations=16,
+        max_completion_length=20480,
+        beta=0.0,
+    ),
+    "dr_grpo": dict(
+        loss_type="dr_grpo", per_device_train_batch_size=1, num_generations=8, max_completion_length=3000, beta=0.0
+    ),
+    "lite_ppo": dict(
+        scale_rewards="batch",
+        loss_type="dapo",
+        beta=0.0,
+        top_p=0.99,
+        top_k=100,
+        temperature=0.99,
+        num_generations=8,
+        num_iterations=1,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=32,
+        steps_per_generation=8,
+    ),
+    "cispo": dict(
+        loss_type="cispo", epsilon_high=5.0, num_generations=16, scale_rewards="batch", cast_lm_head_to_fp32=True
+    ),
     "sapo": dict(loss_type="sapo", sapo_temperature_pos=1.0, sapo_temperature_neg=1.05, scale_rewards="group"),
 }
 
@@ -102,10 +137,36 @@ def test_the_form_shows_trls_help_text(shell):
 
 def test_the_must_show_run_trains_with_each_value(in_tmp):
     out = in_tmp / "run"
-    cmd = [sys.executable, "-m", "grpo_magic", "train", "--model", "tiny", "--rl-env-module", "envs.letters",
-           "--rl-env-class", "LettersEnv", "--recipe", "dapo", "--scale-rewards", "none", "--num-iterations", "2",
-           "--activation-checkpointing", "--lr-scheduler-type", "cosine", "--warmup-steps", "0.1",
-           "--max-steps", "2", "--rl-max-new-tokens", "8", "--project-name", str(out), "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "grpo_magic",
+        "train",
+        "--model",
+        "tiny",
+        "--rl-env-module",
+        "envs.letters",
+        "--rl-env-class",
+        "LettersEnv",
+        "--recipe",
+        "dapo",
+        "--scale-rewards",
+        "none",
+        "--num-iterations",
+        "2",
+        "--activation-checkpointing",
+        "--lr-scheduler-type",
+        "cosine",
+        "--warmup-steps",
+        "0.1",
+        "--max-steps",
+        "2",
+        "--rl-max-new-tokens",
+        "8",
+        "--project-name",
+        str(out),
+        "--quiet",
+    ]
     env = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -120,12 +181,28 @@ def test_the_must_show_run_trains_with_each_value(in_tmp):
 
 #: Qwen2.5-0.5B-Instruct's config.json (its values, as published on the hub).
 QWEN_05B = {
-    "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151645,
-    "hidden_act": "silu", "hidden_size": 896, "initializer_range": 0.02, "intermediate_size": 4864,
-    "max_position_embeddings": 32768, "max_window_layers": 21, "model_type": "qwen2", "num_attention_heads": 14,
-    "num_hidden_layers": 24, "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
-    "sliding_window": 32768, "tie_word_embeddings": True, "torch_dtype": "bfloat16", "use_cache": True,
-    "use_sliding_window": False, "vocab_size": 151936,
+    "architectures": ["Qwen2ForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "hidden_act": "silu",
+    "hidden_size": 896,
+    "initializer_range": 0.02,
+    "intermediate_size": 4864,
+    "max_position_embeddings": 32768,
+    "max_window_layers": 21,
+    "model_type": "qwen2",
+    "num_attention_heads": 14,
+    "num_hidden_layers": 24,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0,
+    "sliding_window": 32768,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
 }
 
 
@@ -138,11 +215,20 @@ def test_memory_estimate_for_qwen_half_a_billion(tmp_path):
     assert full.card_bytes == 16e9 and "T4" in full.text()
     lora = estimate(GRPOParams(model=str(tmp_path), peft=True, rl_max_new_tokens=512), card="T4")
     assert lora.total < full.total and lora.trainable < n / 50
-    no_ckpt = estimate(GRPOParams(model=str(tmp_path), activation_checkpointing=False, rl_max_new_tokens=512),
-                       card="T4")
+    no_ckpt = estimate(
+        GRPOParams(model=str(tmp_path), activation_checkpointing=False, rl_max_new_tokens=512), card="T4"
+    )
     assert no_ckpt.terms["activations"] > 5 * full.terms["activations"]
-    big = estimate(GRPOParams(model=str(tmp_path), batch_size=64, rl_num_generations=8, rl_max_new_tokens=4096,
-                              activation_checkpointing=False), card="T4")
+    big = estimate(
+        GRPOParams(
+            model=str(tmp_path),
+            batch_size=64,
+            rl_num_generations=8,
+            rl_max_new_tokens=4096,
+            activation_checkpointing=False,
+        ),
+        card="T4",
+    )
     assert big.fits is False and 1 <= len(big.fixes) <= 2
     assert any("--activation-checkpointing" in f or "--batch-size" in f for f in big.fixes)  # the biggest savings
     assert "does not fit on T4" in big.text() and big.fixes[0] in big.text()
@@ -163,11 +249,20 @@ def test_the_exported_launch_folder_carries_trl_settings_and_the_recipe():
     from grpo_magic.cli import params_from_namespace
     from grpo_magic.export import launch_script
 
-    params = GRPOParams(model="tiny", recipe="gspo", scale_rewards="batch", lr_scheduler_kwargs={"num_cycles": 2},
-                        activation_checkpointing=False)
+    params = GRPOParams(
+        model="tiny",
+        recipe="gspo",
+        scale_rewards="batch",
+        lr_scheduler_kwargs={"num_cycles": 2},
+        activation_checkpointing=False,
+    )
     script = launch_script(params, "LettersEnv")
-    for line in ("--recipe gspo", "--scale-rewards batch", "--no-activation-checkpointing",
-                 "--lr-scheduler-kwargs '{\"num_cycles\": 2}'"):
+    for line in (
+        "--recipe gspo",
+        "--scale-rewards batch",
+        "--no-activation-checkpointing",
+        "--lr-scheduler-kwargs '{\"num_cycles\": 2}'",
+    ):
         assert line in script, line
     argv = params.to_cli_args()
     again = params_from_namespace(build_parser().parse_args(["train", *argv]))
