@@ -32,8 +32,12 @@ class OneLineParser(argparse.ArgumentParser):
         raise ArgumentError(f"{message}; run {self.prog} --help for the flags and their values.")
 
 
-def add_param_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per ``GRPOParams`` field, grouped as in the form, with help from the metadata."""
+def add_param_arguments(parser: argparse.ArgumentParser, *, refused: bool = True, trl: bool = True) -> None:
+    """One flag per ``GRPOParams`` field, grouped as in the form, with help from the metadata; then TRL's.
+
+    ``refused``: add the hidden flags of settings refused with a sentence now (else ``add_refused_arguments``
+    later, after flags of the caller's own that may share a name). ``trl``: add TRL's settings (imports trl).
+    """
     groups = {name: parser.add_argument_group(name) for name in GROUPS}
     for f in GRPOParams.fields():
         meta = f.metadata
@@ -46,16 +50,75 @@ def add_param_arguments(parser: argparse.ArgumentParser) -> None:
             continue
         kwargs["type"] = kind
         # Choices are listed in the help but checked by GRPOParams, so every surface words them alike.
-        choices = meta.get("choices")
+        choices = (GRPOParams.trl_choices(f.name) if trl else None) if meta.get("trl_choices") else meta.get("choices")
         kwargs["metavar"] = "{" + ",".join(choices) + "}" if choices else f.name.split("_")[-1].upper()
         group.add_argument(GRPOParams.flag(f.name), **kwargs)
+    if trl:
+        add_trl_arguments(parser)
+    if refused and trl:
+        add_refused_arguments(parser)
+
+
+TRL_DEST = "trl:"  # the dest prefix of flags named as TRL names them
+
+
+def add_trl_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every other ``GRPOConfig`` setting of the installed TRL, grouped, with TRL's help (trl_settings).
+
+    Also: a declared field's TRL name (``--beta`` for ``--rl-kl-coef``), so that naming it twice is one
+    sentence; transformers' old names (``--gradient-checkpointing``); and the settings grpo_magic owns,
+    hidden, so that they are refused with the parameter to use instead (not "unrecognized argument").
+    """
+    from . import trl_settings as ts
+
+    groups: dict[str, Any] = {}
+    for setting in ts.settings().values():
+        if setting.group not in groups:
+            groups[setting.group] = parser.add_argument_group(
+                setting.group, "GRPOConfig settings of the installed TRL: their help and defaults are TRL's.")
+        group = groups[setting.group]
+        default = "grpo_magic chooses" if setting.name in ts.AUTO else repr(setting.default)
+        kwargs: dict[str, Any] = {"dest": TRL_DEST + setting.name, "default": argparse.SUPPRESS,
+                                  "help": f"{setting.help} (TRL's default: {default})".replace("%", "%%")}
+        flags = [setting.flag]
+        flags += [f"--{old.replace('_', '-')}" for old, new in ts.ALIASES.items() if new == setting.name]
+        if setting.kind is bool:
+            _add(group, *flags, action=argparse.BooleanOptionalAction, **kwargs)
+            continue
+        kwargs["type"] = setting.kind if setting.kind in (int, float) else str
+        kwargs["metavar"] = ("{" + ",".join(setting.choices) + "}" if setting.choices
+                             else "JSON" if setting.is_json else setting.name.split("_")[-1].upper())
+        _add(group, *flags, **kwargs)
+
+
+def add_refused_arguments(parser: argparse.ArgumentParser) -> None:
+    """Hidden flags: a declared field's TRL name and the settings grpo_magic owns (refused by ``GRPOParams``)."""
+    from . import trl_settings as ts
+
+    hidden = [*_explicit_trl_names(), *ts.OWNED]
+    for name in hidden:
+        _add(parser, f"--{name.replace('_', '-')}", dest=TRL_DEST + name, default=argparse.SUPPRESS,
+             help=argparse.SUPPRESS, nargs="?", const=True)
+
+
+def _explicit_trl_names() -> list[str]:
+    """TRL names of declared fields whose flag is another (``beta`` of ``--rl-kl-coef``)."""
+    return [f.metadata["trl"] for f in GRPOParams.fields() if f.metadata.get("trl") and f.metadata["trl"] != f.name]
+
+
+def _add(group: Any, *flags: str, **kwargs: Any) -> None:
+    try:
+        group.add_argument(*flags, **kwargs)
+    except argparse.ArgumentError:  # a flag of ours already (--vllm-server-port is the launcher's): ours wins
+        pass
 
 
 def params_from_namespace(namespace: argparse.Namespace, base: GRPOParams | None = None) -> GRPOParams:
     """Params from parsed flags: only flags given on the command line replace ``base``'s values."""
     names = {f.name for f in GRPOParams.fields()}
     given = {k: v for k, v in vars(namespace).items() if k in names}
-    return (base or GRPOParams()).replace(**given)
+    given.update({k[len(TRL_DEST):]: v for k, v in vars(namespace).items() if k.startswith(TRL_DEST)})
+    return base.replace(**given) if base is not None else GRPOParams(**given)
 
 
 def version_line() -> str:
@@ -91,7 +154,7 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--version", action=_VersionAction, help="print the version of grpo-magic and of what it runs on")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     train = sub.add_parser("train", help="train a model with GRPO", description="Train a model with GRPO (TRL).")
-    add_param_arguments(train)
+    add_param_arguments(train, refused=False)
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the output folder")
     train.add_argument("--quiet", action="store_true", help="print only the final line")
     launch = train.add_argument_group("Launch", "How many processes train, on which GPUs (not training parameters).")
@@ -107,6 +170,7 @@ def build_parser() -> OneLineParser:
     launch.add_argument("--vllm-server-timeout", type=float, default=900.0, metavar="SECONDS",
                         help="how long to wait for that server to answer (default: 900)")
     add_machine_arguments(train)
+    add_refused_arguments(train)
     add_eval_command(sub)
     return parser
 

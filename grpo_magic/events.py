@@ -52,6 +52,8 @@ class RunStarted(Event):
     model: str
     output_dir: str
     max_steps: int | None = None
+    #: Every GRPOConfig setting of the run that differs from TRL's default (``GRPOParams.trl_differences``).
+    trl_config: dict[str, Any] | None = None
 
 
 @dataclass

@@ -14,7 +14,7 @@ from IPython.core.error import UsageError
 from .cli import ArgumentError, OneLineParser, add_param_arguments
 
 
-def train_parser() -> OneLineParser:
+def train_parser(*, trl: bool = True) -> OneLineParser:
     parser = OneLineParser(prog="%grpo_train", description="Train with GRPO on a registered env (shows a form "
                            "unless --run is given).", add_help=False)
     parser.add_argument("--env", help="name of an env registered with %%grpo_env or register_env()")
@@ -22,7 +22,7 @@ def train_parser() -> OneLineParser:
     parser.add_argument("--blocking", action="store_true",
                         help="train in the foreground (default: a background thread, so Stop works; Colab: foreground)")
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the output folder")
-    add_param_arguments(parser)
+    add_param_arguments(parser, trl=trl)
     return parser
 
 

@@ -273,6 +273,7 @@ class GrpoMagics(Magics):
         parser.add_argument("--samples", type=int, default=8)
         parser.add_argument("--rl-num-generations", dest="num_generations", type=int, default=4)
         parser.add_argument("--rl-max-new-tokens", dest="max_new_tokens", type=int, default=32)
+        parser.add_argument("--card", default=None, help="compare the memory estimate with this card (T4, L4, A100-40GB...)")
         args = _parse(parser, line)
         if args.samples < 1:
             raise UsageError(f"--samples must be at least 1, got {args.samples}.")
@@ -280,6 +281,16 @@ class GrpoMagics(Magics):
         from .check import check_env
 
         model = args.model or self.last_model or self.default_model
+        try:
+            from .memory import estimate
+
+            base = self.last_params if self.last_params is not None else GRPOParams()
+            if model:
+                print("will it fit: " + estimate(base.replace(model=model), card=args.card).text())
+        except GRPOMagicError as exc:
+            raise UsageError(str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - an estimate that cannot be made must not stop the check
+            print(f"will it fit: no estimate ({type(exc).__name__}: {exc})")
         try:
             report = check_env(env_name, model=model, samples=args.samples, num_generations=args.num_generations,
                                max_new_tokens=args.max_new_tokens)
@@ -524,7 +535,9 @@ def unload_ipython_extension(ipython: Any) -> None:
 def _train_help() -> str:
     return ("Show the GRPO parameter form, or train at once with --run; returns the run.\n\n"
             "Examples:\n  run = %grpo_train --env HotelEnv --model tiny --run\n  %grpo_train --env HotelEnv\n\n"
-            + _train_parser().format_help())
+            + _train_parser(trl=False).format_help()
+            + "\nEvery other setting of TRL's GRPOConfig is a flag too, by its TRL name (--scale-rewards none); "
+            "grpo-magic train --help lists them (kept out of here so that %load_ext does not import TRL).\n")
 
 
 # last_run is part of the notebook story too: `grpo_magic.last_run()` after `%grpo_train`.

@@ -18,14 +18,15 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import trl_settings as _trl_settings
 from .distributed import world_size
 from .errors import GRPOMagicError
+from .recipes import NAMES as RECIPE_NAMES
+from .recipes import RECIPES, unknown_recipe_message
 from .text import finite, show
 
 #: Form sections, in display order.
 GROUPS = ("Model", "Environment", "GRPO", "Generation", "Optimization", "LoRA", "vLLM", "Evaluation", "Output")
-
-LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo")
 
 
 def _p(default: Any, help: str, group: str, **meta: Any) -> Any:
@@ -34,7 +35,8 @@ def _p(default: Any, help: str, group: str, **meta: Any) -> Any:
     Checks in ``meta``: ``ge``/``gt``/``le``/``lt`` bounds, ``choices``, ``required``,
     ``json_object`` (a JSON object string), ``url`` (an http(s) URL), ``path`` (a usable folder
     name), ``why`` (a hint added to range errors). ``checkpoint``: a checkpoint fixes it, so a
-    resumed run must use the checkpoint's value (``resume``).
+    resumed run must use the checkpoint's value (``resume``). ``trl``: the ``GRPOConfig`` field it sets
+    (that field is then no derived setting: ``trl_settings``); ``trl_choices``: its choices are TRL's.
     """
     return field(default=default, metadata={"help": help, "group": group, **meta})
 
@@ -73,7 +75,7 @@ class GRPOParams:
     )
     rl_max_tool_turns: int = _p(
         5, "Agent envs: most tool-calling rounds per episode (max_tool_calling_iterations in GRPOConfig).",
-        "Environment", ge=1, why="an agent episode needs at least one round of tool calls",
+        "Environment", ge=1, why="an agent episode needs at least one round of tool calls", trl="max_tool_calling_iterations",
     )
     rl_max_error_rate: float = _p(
         0.5, "Share of a step's episodes that may fail before the run stops (1 never stops).", "Environment",
@@ -83,29 +85,38 @@ class GRPOParams:
     # GRPO
     rl_num_generations: int = _p(
         4, "Completions sampled per prompt; GRPO compares them within the group.", "GRPO", ge=2,
-        why="GRPO needs at least two completions of a prompt to compare", checkpoint=True,
+        why="GRPO needs at least two completions of a prompt to compare", checkpoint=True, trl="num_generations",
     )
-    rl_kl_coef: float = _p(0.1, "KL penalty against the reference model (beta in GRPOConfig).", "GRPO", ge=0)
-    rl_clip_range: float = _p(0.2, "Clipping range of the policy ratio (epsilon in GRPOConfig).", "GRPO", gt=0)
-    rl_loss_type: str = _p("dapo", "Loss aggregation of TRL's GRPOTrainer (loss_type).", "GRPO", choices=LOSS_TYPES)
+    rl_kl_coef: float = _p(0.1, "KL penalty against the reference model (beta in GRPOConfig).", "GRPO", ge=0, trl="beta")
+    rl_clip_range: float = _p(0.2, "Clipping range of the policy ratio (epsilon in GRPOConfig).", "GRPO", gt=0, trl="epsilon")
+    rl_loss_type: str = _p("dapo", "Loss aggregation of TRL's GRPOTrainer (loss_type).", "GRPO", trl="loss_type",
+                           trl_choices=True)
+    recipe: str | None = _p(
+        None, "A published GRPO variant (TRL's paper index) as one word: its settings, unless set explicitly "
+        "(docs/architecture.md, \"Recipes\").", "GRPO", choices=RECIPE_NAMES,
+    )
 
     # Generation
-    rl_max_new_tokens: int = _p(128, "Most tokens generated per completion.", "Generation", ge=1)
-    rl_temperature: float = _p(1.0, "Sampling temperature.", "Generation", gt=0)
-    rl_top_k: int = _p(50, "Top-k sampling (0 disables it).", "Generation", ge=0)
-    rl_top_p: float = _p(1.0, "Top-p (nucleus) sampling, in (0, 1].", "Generation", gt=0, le=1)
+    rl_max_new_tokens: int = _p(128, "Most tokens generated per completion.", "Generation", ge=1,
+                                trl="max_completion_length")
+    rl_temperature: float = _p(1.0, "Sampling temperature.", "Generation", gt=0, trl="temperature")
+    rl_top_k: int = _p(50, "Top-k sampling (0 disables it).", "Generation", ge=0, trl="top_k")
+    rl_top_p: float = _p(1.0, "Top-p (nucleus) sampling, in (0, 1].", "Generation", gt=0, le=1, trl="top_p")
 
     # Optimization
-    epochs: int = _p(1, "Passes over the environment's dataset.", "Optimization", ge=1)
-    max_steps: int | None = _p(None, "Stop after this many optimizer steps (empty: run all epochs).", "Optimization", ge=1)
+    epochs: int = _p(1, "Passes over the environment's dataset.", "Optimization", ge=1,
+                 trl="num_train_epochs")
+    max_steps: int | None = _p(None, "Stop after this many optimizer steps (empty: run all epochs).", "Optimization", ge=1,
+                                trl="max_steps")
     batch_size: int = _p(
         4, "Completions per device per step (per_device_train_batch_size); prompts per step = this / generations.",
-        "Optimization", ge=1, checkpoint=True,
+        "Optimization", ge=1, checkpoint=True, trl="per_device_train_batch_size",
     )
-    gradient_accumulation: int = _p(1, "Gradient accumulation steps.", "Optimization", ge=1, checkpoint=True)
-    lr: float = _p(1e-5, "Learning rate.", "Optimization", gt=0, checkpoint=True)
+    gradient_accumulation: int = _p(1, "Gradient accumulation steps.", "Optimization", ge=1, checkpoint=True,
+                                  trl="gradient_accumulation_steps")
+    lr: float = _p(1e-5, "Learning rate.", "Optimization", gt=0, checkpoint=True, trl="learning_rate")
     seed: int = _p(42, "Random seed.", "Optimization", ge=0, le=2**32 - 1, why="numpy seeds are 32-bit",
-                   checkpoint=True)
+                   checkpoint=True, trl="seed")
     ddp_timeout: int = _p(
         1800, "Several processes or machines: seconds a process waits for the others in a collective call before "
         "the run fails with a checkpoint (a frozen or unreachable machine ends the run after this long).",
@@ -116,21 +127,28 @@ class GRPOParams:
     peft: bool = _p(False, "Train LoRA adapters (PEFT) instead of every weight.", "LoRA", checkpoint=True)
     lora_r: int = _p(16, "LoRA rank.", "LoRA", ge=1, checkpoint=True)
     lora_alpha: int = _p(32, "LoRA alpha (scaling).", "LoRA", ge=1, checkpoint=True)
+    load_in_4bit: bool = _p(
+        False, "Load the model in 4 bits and train LoRA adapters on it (QLoRA; needs --peft, a CUDA GPU and "
+        "pip install grpo-magic[qlora]).", "LoRA", checkpoint=True,
+    )
 
     # vLLM
-    use_vllm: bool = _p(False, "Generate with vLLM (needs a GPU and pip install grpo-magic[vllm]).", "vLLM")
+    use_vllm: bool = _p(False, "Generate with vLLM (needs a GPU and pip install grpo-magic[vllm]).", "vLLM",
+                       trl="use_vllm")
     vllm_mode: str = _p(
         "colocate", "colocate: vLLM shares the training GPUs; server: vLLM runs on its own GPUs.", "vLLM",
-        choices=("colocate", "server"),
+        choices=("colocate", "server"), trl="vllm_mode",
     )
     vllm_gpu_memory_utilization: float = _p(
         0.3, "Share of GPU memory for vLLM in colocate mode, in (0, 1).", "vLLM", gt=0, lt=1,
+        trl="vllm_gpu_memory_utilization",
     )
     vllm_server_url: str | None = _p(
         None, "URL of a running vLLM server (trl vllm-serve) in server mode, e.g. http://10.0.0.2:8000.", "vLLM",
-        url=True,
+        url=True, trl="vllm_server_base_url",
     )
-    vllm_tensor_parallel_size: int = _p(1, "GPUs for vLLM tensor parallelism.", "vLLM", ge=1)
+    vllm_tensor_parallel_size: int = _p(1, "GPUs for vLLM tensor parallelism.", "vLLM", ge=1,
+                                        trl="vllm_tensor_parallel_size")
     vllm_server_gpus: int = _p(
         1, "GPUs given to the vLLM server in server mode, taken from the training processes.", "vLLM", ge=1,
     )
@@ -156,17 +174,27 @@ class GRPOParams:
     )
 
     # Output
-    logging_steps: int = _p(1, "Log metrics every this many steps.", "Output", ge=1)
-    save_steps: int = _p(500, "Save a checkpoint every this many steps.", "Output", ge=1)
+    logging_steps: int = _p(1, "Log metrics every this many steps.", "Output", ge=1, trl="logging_steps")
+    save_steps: int = _p(500, "Save a checkpoint every this many steps.", "Output", ge=1, trl="save_steps")
     report_to: str = _p(
-        "none", "Experiment tracker to report to.", "Output", choices=("none", "trackio", "wandb", "tensorboard"),
+        "none", "Experiment tracker to report to.", "Output", choices=("none", "trackio", "wandb", "tensorboard"), trl="report_to",
     )
-    push_to_hub: bool = _p(False, "Push the trained weights to the Hugging Face Hub at the end.", "Output")
+    push_to_hub: bool = _p(False, "Push the trained weights to the Hugging Face Hub at the end.", "Output",
+                              trl="push_to_hub")
+
+    # Every other GRPOConfig setting (trl_settings.py): {TRL name: value}, only those given. Pass them as
+    # keywords, GRPOParams(scale_rewards="none"), or as --scale-rewards none; read them as params.scale_rewards.
+    trl_settings: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "Other GRPOConfig settings, by TRL's names.", "group": "TRL"},
+    )
 
     def __post_init__(self) -> None:
         # An empty string in an optional field means "not set", as validation reads it: store None,
         # so that no "" reaches the command line (--rl-episode-timeout '') or TRL.
-        for f in dataclasses.fields(self):
+        if not isinstance(self.trl_settings, dict):
+            raise GRPOMagicError(f"trl_settings must be a dict of GRPOConfig settings, got {show(self.trl_settings)}; "
+                                 "pass them as keywords instead, e.g. GRPOParams(scale_rewards='none').")
+        for f in self.fields():
             value = getattr(self, f.name)
             if isinstance(value, str) and value == "" and self.is_optional(f.name):
                 setattr(self, f.name, None)
@@ -175,7 +203,57 @@ class GRPOParams:
 
     @classmethod
     def fields(cls) -> list[dataclasses.Field]:
-        return list(dataclasses.fields(cls))
+        """The declared parameters (``trl_settings``, the bag of derived ones, is not one of them)."""
+        return [f for f in dataclasses.fields(cls) if f.name != "trl_settings"]
+
+    @staticmethod
+    def trl_fields() -> dict[str, Any]:
+        """The derived settings: every other ``GRPOConfig`` field, from the installed TRL (imports trl)."""
+        from .trl_settings import settings
+
+        return settings()
+
+    @staticmethod
+    def trl_choices(name: str) -> tuple[str, ...]:
+        """TRL's choices of a declared field marked ``trl_choices`` (rl_loss_type: TRL's loss types)."""
+        from .trl_settings import setting_of
+
+        meta = next(f for f in GRPOParams.fields() if f.name == name).metadata
+        return setting_of(meta["trl"]).choices or ()
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when normal lookup fails: a TRL name reads its value (given, else TRL's default).
+        if name.startswith("_") or name == "trl_settings" or "trl_settings" not in self.__dict__:
+            raise AttributeError(name)
+        explicit = _explicit_by_trl()
+        if name in explicit:
+            return getattr(self, explicit[name])
+        from . import trl_settings as ts
+
+        name = ts.resolve_name(name)
+        if name in self.trl_settings:
+            return self.trl_settings[name]
+        setting = ts.settings().get(name)
+        if setting is None:
+            raise AttributeError(f"GRPOParams has no parameter or TRL setting {name!r}")
+        return setting.default
+
+    def recipe_value(self, trl_name: str) -> Any:
+        """What this run's recipe sets ``trl_name`` to, or ``_UNSET``."""
+        recipe = RECIPES.get(self.recipe) if isinstance(self.recipe, str) else None
+        return recipe.settings.get(trl_name, _UNSET) if recipe else _UNSET
+
+    def _baseline(self, f: dataclasses.Field) -> Any:
+        """A field's value when the user did not set it: its recipe's, else its default."""
+        value = self.recipe_value(f.metadata["trl"]) if f.metadata.get("trl") else _UNSET
+        return f.default if value is _UNSET else value
+
+    def user_values(self) -> dict[str, Any]:
+        """What the user set: fields that differ from their baseline, and every TRL setting not from the recipe."""
+        values: dict[str, Any] = {f.name: getattr(self, f.name) for f in self.fields()
+                                  if getattr(self, f.name) != self._baseline(f) or f.name == "recipe"}
+        values.update({k: v for k, v in self.trl_settings.items() if v != self.recipe_value(k)})
+        return {k: v for k, v in values.items() if not (k == "recipe" and v is None)}
 
     @classmethod
     def field_type(cls, name: str) -> type:
@@ -197,10 +275,13 @@ class GRPOParams:
         return dataclasses.asdict(self)
 
     def replace(self, **changes: Any) -> GRPOParams:
-        unknown = sorted(set(changes) - {f.name for f in self.fields()})
-        if unknown:
-            raise GRPOMagicError(f"Unknown parameter {unknown[0]!r}; {_known_names_fix(unknown[0])}.")
-        return dataclasses.replace(self, **changes)
+        """A copy with ``changes`` (TRL names too); a new recipe applies to what the user did not set."""
+        explicit, trl = _route(changes)
+        if "recipe" in explicit and explicit["recipe"] != self.recipe:
+            base = {k: v for k, v in self.user_values().items() if k != "recipe"}
+            base_explicit, base_trl = _route(base)
+            return GRPOParams(**{**base_explicit, **explicit}, trl_settings={**base_trl, **trl})
+        return dataclasses.replace(self, **explicit, trl_settings={**self.trl_settings, **trl})
 
     # ---------------------------------------------------------------- validation
 
@@ -244,6 +325,10 @@ class GRPOParams:
             return None
         if not isinstance(value, str):
             return f"{label} must be a string, got {show(value)}; pass it as text, e.g. {name}={str(value)!r}."
+        if name == "recipe" and value not in RECIPE_NAMES:
+            return unknown_recipe_message(value)
+        if meta.get("trl_choices"):
+            meta = {**meta, "choices": cls.trl_choices(name)}
         if "choices" in meta and value not in meta["choices"]:
             choices = meta["choices"]
             fix = f"use {flag} {choices[0]}" if len(choices) == 1 else cls._use(name, "use one of them")
@@ -277,9 +362,37 @@ class GRPOParams:
         since the completions of a step are those of every process.
         """
         found = [(f.name, msg) for f in self.fields() if (msg := self.check_value(f.name, getattr(self, f.name)))]
+        found += self._trl_setting_problems()
         if found:
             return found
-        return self._cross_field_problems(processes or world_size())
+        found = self._cross_field_problems(processes or world_size())
+        if found or (processes or world_size()) > 1:
+            return found  # TRL's rules for several processes are checked by each of them, when the config is built
+        return self.trl_problems()
+
+    def _trl_setting_problems(self) -> list[tuple[str, str]]:
+        if not self.trl_settings:
+            return []
+        from . import trl_settings as ts
+
+        found = []
+        for name, value in self.trl_settings.items():
+            setting = ts.settings().get(name)
+            if setting is None:  # only a dict built by hand gets here: the constructor routes names
+                found.append((name, ts.unknown_message(name, [f.name for f in self.fields()])))
+            elif msg := setting.check(value, f"{name} ({setting.flag})"):
+                found.append((name, msg))
+        return found
+
+    def trl_problems(self) -> list[tuple[str, str]]:
+        """TRL's own rules: ``GRPOConfig`` built from these params, its error as one sentence naming our flags."""
+        from .trl_settings import build_config, trl_error_message
+
+        try:
+            build_config(self.grpo_config_kwargs())
+        except (ValueError, TypeError) as exc:
+            return [("trl_settings", trl_error_message(exc, self))]
+        return []
 
     def _cross_field_problems(self, processes: int) -> list[tuple[str, str]]:
         found: list[tuple[str, str]] = []
@@ -293,6 +406,11 @@ class GRPOParams:
                 "vllm_mode server needs --vllm-server-url, the URL of a running server "
                 "(start one with: trl vllm-serve --model MODEL); or use --vllm-mode colocate.",
             ))
+        if self.load_in_4bit:
+            from .models import four_bit_problem
+
+            if problem := four_bit_problem(self.peft):
+                found.append(("load_in_4bit", problem))
         if (self.rl_env_module is None) != (self.rl_env_class is None):
             missing = "rl_env_class (--rl-env-class)" if self.rl_env_class is None else "rl_env_module (--rl-env-module)"
             given = "--rl-env-module" if self.rl_env_class is None else "--rl-env-class"
@@ -317,13 +435,21 @@ class GRPOParams:
         args: list[str] = []
         for f in self.fields():
             value = getattr(self, f.name)
-            if not include_defaults and value == f.default:
+            if not include_defaults and value == self._baseline(f) and f.name != "recipe":
                 continue
             flag = self.flag(f.name)
             if self.field_type(f.name) is bool:
                 args.append(flag if value else "--no-" + flag[2:])
             elif value is not None:
                 args += [flag, str(value)]
+        for name, value in self.trl_settings.items():
+            if value == self.recipe_value(name) or value is None:
+                continue
+            flag = self.flag(name)
+            if isinstance(value, bool):
+                args.append(flag if value else "--no-" + flag[2:])
+            else:
+                args += [flag, json.dumps(value) if isinstance(value, (dict, list)) else str(value)]
         return args
 
     def to_command(self, program: str = "grpo-magic train") -> str:
@@ -385,8 +511,28 @@ class GRPOParams:
             kwargs.update(self.eval_config_kwargs())
         if self.vllm_max_model_length is not None:
             kwargs["vllm_max_model_length"] = self.vllm_max_model_length
+        if self.trl_settings:
+            from .trl_settings import settings
+
+            known = settings()
+            for name, value in self.trl_settings.items():
+                if value is None and name in ("bf16", "fp16", "dataloader_pin_memory"):
+                    continue  # unset: chosen for this machine above
+                kwargs[name] = known[name].parse(value) if name in known else value
+            if kwargs.get("fp16") and "bf16" not in self.trl_settings:
+                kwargs["bf16"] = False  # fp16 asked for: the automatic bf16 steps aside
         kwargs.update(overrides)
         return kwargs
+
+    def trl_differences(self) -> dict[str, Any]:
+        """Every ``GRPOConfig`` setting of this run that differs from TRL's default (what the run log and the
+        dashboard header say). grpo_magic's own settings (output folder, logging) are left out."""
+        from .trl_settings import OWNED, config_defaults
+
+        defaults = config_defaults()
+        kwargs = self.grpo_config_kwargs()
+        return {k: v for k, v in kwargs.items()
+                if k not in OWNED and k in defaults and _differs(v, defaults[k])}
 
     def eval_config_kwargs(self) -> dict[str, Any]:
         """TRL's eval loop for ``--eval-steps``: at the start, every ``eval_steps`` (and at the end, by our callback).
@@ -408,6 +554,58 @@ class GRPOParams:
 
         explicit = self.__dict__.get("trl_settings") or {}
         return choose_precision(explicit.get("bf16"), explicit.get("fp16"), device=device)
+
+
+_UNSET: Any = object()
+
+
+def _differs(value: Any, default: Any) -> bool:
+    if isinstance(default, list) and not default and value in ([], None, "none"):
+        return False
+    return value != default
+
+
+@functools.cache
+def _explicit_by_trl() -> dict[str, str]:
+    """TRL name -> the ``GRPOParams`` field that sets it (``trl`` metadata); no trl import."""
+    return {f.metadata["trl"]: f.name for f in GRPOParams.fields() if f.metadata.get("trl")}
+
+
+def _route(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Keyword arguments as (declared fields, derived TRL settings) (``trl_settings.route``)."""
+    return _trl_settings.route(kwargs, [f.name for f in GRPOParams.fields()], GRPOParams.flag)
+
+
+def _apply_recipe(explicit: dict[str, Any], trl: dict[str, Any]) -> None:
+    """Fill what a recipe sets and the user did not (explicit settings win)."""
+    recipe = RECIPES.get(explicit.get("recipe")) if isinstance(explicit.get("recipe"), str) else None
+    if recipe is None:
+        return
+    by_trl = _explicit_by_trl()
+    for name, value in recipe.settings.items():
+        if name in by_trl:
+            explicit.setdefault(by_trl[name], value)
+        else:
+            trl.setdefault(name, value)
+
+
+_generated_init = GRPOParams.__init__
+
+
+@functools.wraps(_generated_init)
+def _init(self: GRPOParams, *args: Any, **kwargs: Any) -> None:
+    explicit, trl = _route(kwargs)
+    _apply_recipe(explicit, trl)
+    _generated_init(self, *args, **explicit, trl_settings=trl)
+
+
+_init.__doc__ = (
+    "Parameters of a GRPO run. Besides the declared fields, every other setting of TRL's GRPOConfig is a keyword "
+    "by its TRL name (GRPOParams(scale_rewards='none')); a TRL name of a declared field (beta for rl_kl_coef) "
+    "sets that field; recipe='dapo' fills what the recipe sets and you did not."
+)
+GRPOParams.__init__ = _init  # type: ignore[method-assign]
+_trl_settings.EXPLICIT.update(_explicit_by_trl())
 
 
 @functools.cache
@@ -437,14 +635,6 @@ def _divisibility_message(batch_size: int, accumulation: int, processes: int, n:
     )
 
 
-def _known_names_fix(name: str) -> str:
-    """The fix for an unknown parameter name: the nearest field name, else where the names are listed."""
-    import difflib
-
-    near = difflib.get_close_matches(name, [f.name for f in GRPOParams.fields()], n=1)
-    return f"use {near[0]!r}" if near else "use a GRPOParams field name (help(GRPOParams) lists them)"
-
-
 def markdown_table() -> str:
     """The parameter table of the README, generated from the metadata (a test keeps them equal)."""
     rows = ["| parameter | CLI flag | default | section | what it does |", "|---|---|---|---|---|"]
@@ -457,8 +647,4 @@ def markdown_table() -> str:
 
 def params_from_dict(values: dict[str, Any]) -> GRPOParams:
     """Build params from a dict, naming an unknown key instead of raising ``TypeError``."""
-    names = {f.name for f in GRPOParams.fields()}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise GRPOMagicError(f"Unknown parameter {unknown[0]!r}; {_known_names_fix(unknown[0])}.")
-    return GRPOParams(**values)
+    return GRPOParams(**values)  # unknown names: one sentence, from the constructor

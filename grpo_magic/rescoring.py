@@ -253,7 +253,7 @@ def advantage_settings(params: dict[str, Any]) -> dict[str, Any]:
     names = ("scale_rewards", "multi_objective_aggregation", "reward_weights")
     values = {f.name: f.default for f in dataclasses.fields(GRPOConfig) if f.name in names}
     try:
-        known = {f.name for f in GRPOParams.fields()}
+        known = {f.name for f in GRPOParams.fields()} | {"trl_settings"}
         run_params = GRPOParams(**{k: v for k, v in params.items() if k in known})
         kwargs = run_params.grpo_config_kwargs(str(run_params.project_name))
     except Exception:  # noqa: BLE001 - params this version cannot read: the defaults, the same in practice

@@ -399,7 +399,8 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         run.events.emit(StatusChanged(status="loading model", message=params.model or ""))
         # The one precision decision (device.choose_precision) for the weights here and GRPOConfig's bf16/fp16.
         dtype = load_dtype(params.precision(), peft=params.peft)  # type: ignore[arg-type]
-        model = load_model(model_path, tokenizer=tokenizer, dtype=dtype)  # resizes embeddings if a pad token was added
+        model = load_model(model_path, tokenizer=tokenizer, dtype=dtype,
+                           load_in_4bit=params.load_in_4bit)  # resizes embeddings if a pad token was added
         start_process_group(params.ddp_timeout)
         resumed = {"eval_on_start": False} if checkpoint is not None and params.eval_steps is not None else {}
         config = params.to_grpo_config(str(run.output_dir),
@@ -563,7 +564,8 @@ def train(
         _refuse_if_training()
         _ACTIVE = _LAST = run
     run.events.emit(RunStarted(params=params.to_dict(), env_name=prepared.spec.name, model=params.model or "",
-                               output_dir=str(output_dir), max_steps=params.max_steps))
+                               output_dir=str(output_dir), max_steps=params.max_steps,
+                               trl_config=params.trl_differences()))
     args = (run, params, prepared, model_path, tokenizer, trainer_callbacks, checkpoint)
     if blocking:
         # In the main thread (a script, Colab, a launched process), Ctrl-C and SIGTERM are Stop (signals).

@@ -13,7 +13,6 @@ parameter ranges are generated from ``GRPOParams`` metadata, so a new field is c
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -246,6 +245,18 @@ EVAL_ROWS: list[BadInput] = [
 PARAM_ROWS: list[BadInput] = [
     BadInput("trainer not grpo", ("trainer", "must be one of grpo", "'ppo'"), params={"trainer": "ppo"}),
     BadInput("loss type unknown", ("rl_loss_type", "dapo"), params={"rl_loss_type": "ppo"}),
+    # TRL's settings, derived from the installed GRPOConfig (trl_settings.py)
+    BadInput("TRL loss_type unknown", ("rl_loss_type", "must be one of", "dr_grpo", "'ppo'"), params={"loss_type": "ppo"}),
+    BadInput("scale_rewards not one of TRL's", ("scale_rewards", "group, batch, none", "'sometimes'"),
+             params={"scale_rewards": "sometimes"}),
+    BadInput("recipe unknown", ("recipe", "'dapoo'", "use dapo", "closest"), params={"recipe": "dapoo"}),
+    BadInput("a setting given twice", ("rl_kl_coef", "--beta", "same setting", "use only --rl-kl-coef"),
+             params={"rl_kl_coef": 0.2, "beta": 0.3}),
+    BadInput("a setting grpo_magic owns", ("output_dir", "grpo_magic owns", "--project-name"), params={"output_dir": "x"}),
+    BadInput("TRL's cross-field rule", ("TRL's GRPOConfig rejects", "generation_batch_size (6)", "--generation-batch-size"),
+             params={"generation_batch_size": 6}),
+    BadInput("load in 4 bits on a CPU", ("load_in_4bit", "CUDA", "CPU"), params={"peft": True, "load_in_4bit": True}),
+    BadInput("load in 4 bits without LoRA", ("load_in_4bit", "--peft"), params={"load_in_4bit": True}),
     BadInput("batch not divisible by generations", ("not divisible by rl_num_generations 4", "--batch-size 4 or 8"),
              params={"batch_size": 6}),
     BadInput("generations do not divide batch x accumulation", ("not divisible by rl_num_generations 3",),
@@ -336,7 +347,7 @@ def _outside(meta: dict[str, Any], kind: type) -> list[tuple[str, Any, str]]:
 def range_rows() -> list[BadInput]:
     """One row per bound (and per choice list, JSON, URL and type) of every GRPOParams field."""
     rows: list[BadInput] = []
-    for f in dataclasses.fields(GRPOParams):
+    for f in GRPOParams.fields():  # the declared ones; TRL's settings have rows of their own (PARAM_ROWS)
         kind = GRPOParams.field_type(f.name)
         meta = dict(f.metadata)
         if kind in (int, float):

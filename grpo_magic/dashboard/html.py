@@ -260,8 +260,21 @@ def header_html(view: RunView) -> str:
     return (
         f'<div style="font-size:15px"><b>{title}</b> '
         f'<span class="grpo-status" style="{BADGE}background:{color};font-size:12px">{esc(view.status_text)}</span>'
-        f"{message}</div>"
+        f"{message}</div>{settings_html(view)}"
     )
+
+
+def settings_html(view: RunView) -> str:
+    """The recipe and every GRPOConfig setting that differs from TRL's defaults, on one small line."""
+    recipe = view.params.get("recipe") if isinstance(view.params, dict) else None
+    changed = getattr(view, "trl_config", None) or {}
+    if not recipe and not changed:
+        return ""
+    parts = [f"recipe <b>{esc(str(recipe))}</b>"] if recipe else []
+    if changed:
+        parts.append("TRL settings not at TRL's default: " + ", ".join(
+            f"<code>{esc(str(k))}={esc(repr(v))}</code>" for k, v in changed.items()))
+    return f'<div class="grpo-settings" style="font-size:11px;opacity:.8">{" · ".join(parts)}</div>'
 
 
 def progress_text(view: RunView) -> str:

@@ -95,6 +95,7 @@ class RunView:
         self.finished: RunFinished | None = None
         self.env_name = ""
         self.params: dict[str, Any] = {}  # the run's parameters (RunStarted), for the curves' notes
+        self.trl_config: dict[str, Any] = {}  # its GRPOConfig settings that differ from TRL's defaults
         self.model = ""
         self.output_dir = ""
         self.max_steps: int | None = None
@@ -111,6 +112,7 @@ class RunView:
             self.reset_run()
             self.env_name, self.model, self.output_dir = event.env_name, event.model, event.output_dir
             self.params = dict(event.params) if isinstance(event.params, dict) else {}
+            self.trl_config = dict(event.trl_config) if isinstance(event.trl_config, dict) else {}
             self.max_steps = event.max_steps
             self.t_start = self.t_last = event.time
             self.groups_mem.clear()  # a resumed run re-scores steps from its checkpoint on: those groups come anew

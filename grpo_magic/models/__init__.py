@@ -10,6 +10,7 @@ from __future__ import annotations
 from .cache import cache_dir
 from .loading import (
     OFFLINE_MODELS,
+    four_bit_problem,
     has_cuda,
     is_mixture_of_experts,
     load_model,
@@ -39,6 +40,7 @@ __all__ = [
     "lora_config",
     "model_context_length",
     "resolve_model",
+    "four_bit_problem",
     "supports_bf16",
     "tiny_agent_path",
     "tiny_math_path",

@@ -266,6 +266,7 @@ def load_model(
     trust_remote_code: bool = False,
     tokenizer: Any = None,
     dtype: Any = None,
+    load_in_4bit: bool = False,
 ) -> Any:
     """Load the causal LM in ``dtype``; default: the precision ``device.choose_precision`` picks for this device.
 
@@ -282,8 +283,9 @@ def load_model(
 
     path = _local_or_id(name_or_path)
     dtype = dtype if dtype is not None else load_dtype(choose_precision())
+    extra = {"quantization_config": quantization_config(dtype)} if load_in_4bit else {}
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code, **extra)
     except Exception as exc:
         raise GRPOMagicError(f"Could not load model '{name_or_path}': {one_line(exc, 10_000)}") from exc
     if tokenizer is not None:
@@ -293,6 +295,29 @@ def load_model(
         if model.config.pad_token_id is None and tokenizer.pad_token_id is not None:
             model.config.pad_token_id = tokenizer.pad_token_id
     return model
+
+
+def quantization_config(compute_dtype: Any) -> Any:
+    """QLoRA's 4-bit loading (NF4, double quantization), as the QLoRA paper and transformers' docs set it."""
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=compute_dtype)
+
+
+def four_bit_problem(peft: bool) -> str | None:
+    """Why --load-in-4bit cannot work here, in one sentence, before any model loads; None when it can."""
+    import importlib.util
+
+    if not peft:
+        return ("load_in_4bit (--load-in-4bit) trains LoRA adapters on a frozen 4-bit model, so it needs --peft; "
+                "add --peft, or leave --load-in-4bit out.")
+    if not has_cuda():
+        return ("load_in_4bit (--load-in-4bit) needs a CUDA GPU (bitsandbytes' 4-bit kernels) and this machine has "
+                "none; use --peft alone on a CPU (LoRA in full precision), or train on a CUDA GPU.")
+    if importlib.util.find_spec("bitsandbytes") is None:
+        return "load_in_4bit (--load-in-4bit) needs bitsandbytes; pip install 'grpo-magic[qlora]'."
+    return None
 
 
 def lora_config(lora_r: int, lora_alpha: int) -> peft.LoraConfig:
