@@ -35,11 +35,12 @@ __all__ = [
 ]
 
 
-def replay(output_dir: str) -> Any:
-    """Rebuild the dashboard of a run from its run log (a crashed kernel's run, a CLI run...)."""
+def replay(output_dir: str, static: bool = False) -> Any:
+    """Rebuild the dashboard of a run from its run log (a crashed kernel's run, a CLI run...);
+    ``static=True``: only the curves' PNG, for frontends without widgets."""
     from .dashboard import replay as _replay
 
-    return _replay(output_dir)
+    return _replay(output_dir, static=static)
 
 
 def check_env(*args: Any, **kwargs: Any) -> Any:
