@@ -207,7 +207,7 @@ function render({ model, el }) {
       scales,
       axes,
       legend: { live: true },
-      cursor: { sync: { key: model.get("sync_key") || "grpo" }, drag: { x: true, y: false, setScale: true } },
+      cursor: { y: false, sync: { key: model.get("sync_key") || "grpo" }, drag: { x: true, y: false, setScale: true } },
       hooks: {
         draw: [overlayHook(panel)],
         setSelect: [(u) => { if (u.select.width > 4) panel._zoomed = true; }],
