@@ -98,15 +98,18 @@ def uplot(page: Any, chart: Any, key: str, expr: str) -> Any:
 
 
 @pytest.mark.parametrize("ui", ["lab", "notebook"])
-def test_the_chart_holds_every_logged_step_and_answers_the_mouse(ui: str, jupyter: JupyterServer, browser: Any,
-                                                                   tmp_path: Path) -> None:
+def test_the_chart_holds_every_logged_step_and_answers_the_mouse(
+    ui: str, jupyter: JupyterServer, browser: Any, tmp_path: Path
+) -> None:
     from playwright.sync_api import expect
 
     name = f"curves_{ui}.ipynb"
     project = f"run-curves-{ui}"
     steps = 300
-    train_line = (f"run = %grpo_train --env FastLetters --model tiny --max-steps {steps} --batch-size 8 "
-                  f"--rl-num-generations 4 --rl-max-new-tokens 8 --project-name {project} --run")
+    train_line = (
+        f"run = %grpo_train --env FastLetters --model tiny --max-steps {steps} --batch-size 8 "
+        f"--rl-num-generations 4 --rl-max-new-tokens 8 --project-name {project} --run"
+    )
     replay_cell = f"run.wait()\nimport grpo_magic\ngrpo_magic.replay({project!r})"
     write_notebook(jupyter.root_dir / name, [*training_notebook_cells(FAST_ENV_CELL, train_line), replay_cell])
     run_log = jupyter.root_dir / project / "events.jsonl"
@@ -163,7 +166,8 @@ def test_the_chart_holds_every_logged_step_and_answers_the_mouse(ui: str, jupyte
         drawn = "u.data[2].slice()"
         before = uplot(page, chart, "reward", drawn)
         chart.locator("input.grpo-smoothing").evaluate(
-            "el => { el.value = '0.95'; el.dispatchEvent(new Event('input', {bubbles: true})); }")
+            "el => { el.value = '0.95'; el.dispatchEvent(new Event('input', {bubbles: true})); }"
+        )
         page.wait_for_timeout(300)
         after = uplot(page, chart, "reward", drawn)
         assert len(after) == len(before) == steps and after != before

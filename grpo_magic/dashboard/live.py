@@ -44,8 +44,10 @@ def panel_spec(panels: Sequence[Panel]) -> list[dict[str, Any]]:
         {
             "key": p.key,
             "title": p.title,
-            "series": [{"col": s.metric, "label": s.label or s.metric, "color": s.color, "dashed": s.dashed,
-                        "share": s.share} for s in p.series],
+            "series": [
+                {"col": s.metric, "label": s.label or s.metric, "color": s.color, "dashed": s.dashed, "share": s.share}
+                for s in p.series
+            ],
             "band": p.band,
             "group_range": p.group_range,
             "ylim": list(p.ylim) if p.ylim else None,
@@ -106,8 +108,11 @@ class CurveFeed:
                 low.append(view.range_min[i] if hit else None)
                 high.append(view.range_max[i] if hit else None)
             columns["range_min"], columns["range_max"] = low, high
-        return {"start": start, "x": [round(x) if x == int(x) else x for x in view.steps[start:stop]],
-                "columns": columns}
+        return {
+            "start": start,
+            "x": [round(x) if x == int(x) else x for x in view.steps[start:stop]],
+            "columns": columns,
+        }
 
     def reset(self, view: RunView) -> dict[str, Any]:
         """Every row so far (and the overlays): the page drops what it had."""
@@ -148,10 +153,17 @@ def _widget_class() -> type:
     import traitlets
 
     # uPlot's build for <script> tags defines a global; wrapped so that the module gets it as a local.
-    esm = ("const uPlot = (function () {\n" + (STATIC / "uPlot.iife.min.js").read_text(encoding="utf-8")
-           + "\nreturn uPlot;\n})();\n" + (STATIC / "curves.js").read_text(encoding="utf-8"))
-    css = (STATIC / "uPlot.min.css").read_text(encoding="utf-8") + "\n" + (STATIC / "curves.css").read_text(
-        encoding="utf-8")
+    esm = (
+        "const uPlot = (function () {\n"
+        + (STATIC / "uPlot.iife.min.js").read_text(encoding="utf-8")
+        + "\nreturn uPlot;\n})();\n"
+        + (STATIC / "curves.js").read_text(encoding="utf-8")
+    )
+    css = (
+        (STATIC / "uPlot.min.css").read_text(encoding="utf-8")
+        + "\n"
+        + (STATIC / "curves.css").read_text(encoding="utf-8")
+    )
 
     class CurvesWidget(anywidget.AnyWidget):
         """The curves in the page: panels (``spec``), notes and caption synced; rows sent as messages."""
@@ -229,8 +241,16 @@ def summary_html(view: RunView) -> str:
             if last is not None:
                 values.append(f"{s.label or s.metric}: {last:.3g} at step {last_step}")
         note = found.get(panel.key)
-        note_html = (f'<details class="grpo-note" data-panel="{panel.key}"><summary>{html.escape(note.headline)}'
-                     f"</summary><div>{html.escape(note.text)}</div></details>" if note else "")
-        cells.append(f'<div class="grpo-panel" data-panel="{panel.key}"><b>{html.escape(panel.title)}</b> '
-                     f"{html.escape('; '.join(values)) or 'no data'}{note_html}</div>")
-    return f'<div class="grpo-chart" data-step="{last_step}" data-points="{len(view.steps)}">' + "".join(cells) + "</div>"
+        note_html = (
+            f'<details class="grpo-note" data-panel="{panel.key}"><summary>{html.escape(note.headline)}'
+            f"</summary><div>{html.escape(note.text)}</div></details>"
+            if note
+            else ""
+        )
+        cells.append(
+            f'<div class="grpo-panel" data-panel="{panel.key}"><b>{html.escape(panel.title)}</b> '
+            f"{html.escape('; '.join(values)) or 'no data'}{note_html}</div>"
+        )
+    return (
+        f'<div class="grpo-chart" data-step="{last_step}" data-points="{len(view.steps)}">' + "".join(cells) + "</div>"
+    )

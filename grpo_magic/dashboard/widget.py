@@ -48,6 +48,7 @@ LATEST = -1
 _MAX_STEP_OPTIONS = 200  # the step selector lists at most this many old steps (thinned evenly)
 RENDER_INTERVAL = 0.25  # seconds between the renderer's folds: a few times a second, whatever the step time
 _IDLE_EXIT = 5.0  # the renderer thread ends after this long without events (the next event starts it again)
+_END_WAIT = 2.0  # the longest the end of a run waits for a render in progress
 _SHOW_AT_ONCE = (RunStarted, StatusChanged, RunFinished, EnvSwapped)  # the renderer wakes for these
 
 
@@ -57,14 +58,15 @@ class Dashboard:
     ``on_stop`` is called by the Stop button (hidden when None, e.g. for a replay).
     ``max_group_steps`` steps of groups stay in memory; older ones come from ``run_log``
     (a run folder or its ``events.jsonl``; defaults to the ``output_dir`` of ``RunStarted``).
-    ``interval_s``: the renderer's fixed wait between folds of the queued events.
+    ``interval_s``: the renderer's fixed wait between folds of the queued events (None: no renderer
+    thread, whoever holds the dashboard calls ``flush``).
     """
 
     def __init__(
         self,
         *,
         on_stop: Callable[[], None] | None = None,
-        interval_s: float = RENDER_INTERVAL,
+        interval_s: float | None = RENDER_INTERVAL,
         max_group_steps: int = 5,
         run_log: str | None = None,
     ) -> None:
@@ -149,15 +151,19 @@ class Dashboard:
         """Subscriber: hand the event over to the renderer and return (the training thread waits for nothing).
 
         The end of a run (``RunFinished``) is folded and rendered at once, in the caller's thread, so
-        that what the page and ``run.dashboard`` show when ``train`` returns is the whole run.
+        that what the page and ``run.dashboard`` show when ``train`` returns is the whole run (unless
+        a render is stuck sending for more than ``_END_WAIT``: then the renderer shows it later).
         """
         self._queue.append(event)  # deque.append is atomic: no lock on the training thread
-        if isinstance(event, RunFinished):
-            self.flush()
+        if isinstance(event, RunFinished) and self._lock.acquire(timeout=_END_WAIT):
+            try:  # the end of a run, rendered here unless a render is stuck (then the renderer does it)
+                self.flush()
+            finally:
+                self._lock.release()
             return
         if isinstance(event, _SHOW_AT_ONCE):
             self._wake.set()
-        if self._thread is None:
+        if self._thread is None and self.interval_s is not None:
             self._start_renderer()
 
     def _start_renderer(self) -> None:
@@ -170,7 +176,7 @@ class Dashboard:
         """Fold the queue and send the changes every ``interval_s`` (sooner for a status change)."""
         idle = 0.0
         while True:
-            self._wake.wait(self.interval_s)
+            self._wake.wait(self.interval_s or RENDER_INTERVAL)
             self._wake.clear()
             if self._queue:
                 idle = 0.0
@@ -181,7 +187,7 @@ class Dashboard:
 
                     traceback.print_exc()
             else:
-                idle += self.interval_s
+                idle += self.interval_s or RENDER_INTERVAL
             with self._thread_lock:  # an event appended before this check is seen; one after starts a new thread
                 if not self._queue and (idle >= _IDLE_EXIT or self.view.finished is not None):
                     self._thread = None
