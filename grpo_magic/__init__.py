@@ -23,6 +23,7 @@ __all__ = [
     "GRPOParams",
     "GRPORun",
     "check_env",
+    "compare",
     "last_run",
     "load_ipython_extension",
     "read_run_log",
@@ -41,6 +42,13 @@ def replay(output_dir: str, static: bool = False) -> Any:
     from .dashboard import replay as _replay
 
     return _replay(output_dir, static=static)
+
+
+def compare(*output_dirs: Any) -> Any:
+    """Other runs' curves overlaid, from their run logs, each named by its folder and the settings that differ."""
+    from .dashboard.compare import compare as _compare
+
+    return _compare(*output_dirs)
 
 
 def check_env(*args: Any, **kwargs: Any) -> Any:
