@@ -192,3 +192,103 @@ def test_the_chart_holds_every_logged_step_and_answers_the_mouse(
         page.screenshot(path=str(tmp_path / f"curves-{ui}.png"))
         lag = max(s[2] - s[0] for s in during)
         print(f"{ui}: {len(during)} samples during the run, the page at most {lag} steps behind the run log")
+
+
+FAKE_RUN_CELL = '''import threading, time
+from IPython.display import display
+from grpo_magic.dashboard import Dashboard
+from grpo_magic.events import RunFinished, RunStarted, StatusChanged, StepLogged
+
+N = {steps}
+dash = Dashboard()
+display(dash)
+
+def fake_run():
+    """{steps} logged steps of every curve, about 2 ms apart: fast fake steps, through the real subscriber."""
+    dash(RunStarted(params={{}}, env_name="Fake", model="tiny", output_dir="", max_steps=N))
+    dash(StatusChanged(status="training"))
+    for s in range(1, N + 1):
+        dash(StepLogged(step=s, max_steps=N, episodes=8, episode_errors=0, metrics={{
+            "reward": (s % 97) / 97, "reward_std": 0.1, "loss": 0.01 * ((s % 13) - 6), "kl": 1e-4 * s,
+            "completions/mean_length": 8.0, "completions/clipped_ratio": 0.5, "frac_reward_zero_std": 0.2}}))
+        if s % 8 == 0:
+            time.sleep(0.01)
+    dash(RunFinished(status="completed", steps=N))
+
+worker = threading.Thread(target=fake_run)
+worker.start()
+'''
+
+
+def test_twenty_thousand_steps_keep_the_page_drawing_in_flat_time(
+    jupyter: JupyterServer, browser: Any, tmp_path: Path
+) -> None:
+    """The draw time of an update, measured in the page (curves.js times each batch of uPlot redraws),
+    does not grow from 1,000 to 20,000 steps held: the ratio of medians stays under 3 (it is ~1 when flat)."""
+    from playwright.sync_api import expect
+
+    steps = 20_000
+    name = "curves_20k.ipynb"
+    write_notebook(jupyter.root_dir / name, ["%load_ext grpo_magic", FAKE_RUN_CELL.format(steps=steps)])
+    with page_of_a_test(browser.new_page(), jupyter, tmp_path, "curves-20k-failure.png") as page:
+        open_notebook(page, jupyter.url("lab", name))
+        run_all_cells(page)
+        chart = page.locator(".grpo-dashboard .grpo-chart").first
+        chart.wait_for(timeout=KERNEL_AND_FIRST_STEP_S * 1000)
+        expect(chart).to_have_attribute("data-points", str(steps), timeout=300_000)
+        times = chart.evaluate("el => el._grpo.drawTimes")
+        early = [ms for rows, ms in times if 1_000 <= rows <= 3_000]
+        late = [ms for rows, ms in times if 18_000 <= rows <= 20_000]
+        assert len(early) >= 5 and len(late) >= 5, times
+        ratio = statistics.median(late) / statistics.median(early)
+        print(
+            f"draw time per update: {statistics.median(early):.1f} ms at 1-3k steps, "
+            f"{statistics.median(late):.1f} ms at 18-20k ({len(times)} updates): ratio {ratio:.2f}"
+        )
+        assert ratio < 3, (early, late)
+        # still answering: a hover reads a value at once
+        box = chart.locator(".grpo-panel[data-panel='reward'] .u-over").bounding_box()
+        page.mouse.move(box["x"] + box["width"] * 0.9, box["y"] + box["height"] * 0.5)
+        expect(chart.locator(".grpo-panel[data-panel='reward'] .u-legend .u-series .u-value").first).to_have_text(
+            re.compile(r"^1\d{4}$")
+        )
+
+
+COMPARE_CELL = """from grpo_magic import GRPOParams
+from grpo_magic.events import RunFinished, RunLog, RunStarted, StepLogged
+
+for i, lr in enumerate((1e-5, 3e-5, 1e-4)):
+    folder = f"cmp/lr-{{i}}"
+    log = RunLog(folder)
+    params = GRPOParams(model="tiny", lr=lr, max_steps=30, project_name=folder).to_dict()
+    log(RunStarted(params=params, env_name="Letters", model="tiny", output_dir=folder, max_steps=30))
+    for s in range(1, 31):
+        log(StepLogged(step=s, metrics={{"reward": min(1.0, 0.01 * s * (i + 1)), "loss": 0.1}}, max_steps=30))
+    log(RunFinished(status="completed", steps=30))
+    log.close()
+"""
+
+
+def test_grpo_compare_shows_three_named_reward_curves_and_says_lr_differs(
+    jupyter: JupyterServer, browser: Any, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    name = "compare.ipynb"
+    write_notebook(
+        jupyter.root_dir / name,
+        ["%load_ext grpo_magic", COMPARE_CELL.format(), "%grpo_compare cmp/lr-0 cmp/lr-1 cmp/lr-2"],
+    )
+    with page_of_a_test(browser.new_page(), jupyter, tmp_path, "compare-failure.png") as page:
+        open_notebook(page, jupyter.url("notebook", name))
+        run_all_cells(page)
+        chart = page.locator(".grpo-compare .grpo-chart").first
+        chart.wait_for(timeout=KERNEL_AND_FIRST_STEP_S * 1000)
+        expect(chart.locator(".grpo-caption")).to_have_text("lr differs between these runs", timeout=30_000)
+        expect(chart).to_have_attribute("data-points", "30", timeout=30_000)
+        legend = chart.locator(".grpo-panel[data-panel='reward'] .u-legend")
+        for label in ("lr-0 (lr=1e-05)", "lr-1 (lr=3e-05)", "lr-2 (lr=0.0001)"):
+            expect(legend).to_contain_text(label)
+        drawn = uplot(page, chart, "reward", "[u.data[1][29], u.data[3][29], u.data[5][29]]")
+        assert drawn == pytest.approx([0.3, 0.6, 0.9])  # three curves, each its run's
+        chart.screenshot(path=str(tmp_path / "compare.png"))
