@@ -142,6 +142,12 @@ def test_the_chart_holds_every_logged_step_and_answers_the_mouse(
         assert chart.evaluate(HELD) == len(final) == steps
         assert chart.evaluate("el => el._grpo.x") == [s for _, s in final]
 
+        # tiny never learned to stop: the clipped share is near 1, and its note says what that means.
+        note = chart.locator(".grpo-note[data-panel='length']")
+        expect(note).to_contain_text("completions cut off")
+        note.locator("summary").click()
+        expect(note).to_contain_text("Raise rl_max_new_tokens")
+
         # Hover: the legend shows the step and each series' value under the cursor.
         box = chart.locator(".grpo-panel[data-panel='reward'] .u-over").bounding_box()
         page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)

@@ -88,6 +88,7 @@ class Dashboard:
         self.render_seconds = 0.0  # their time, in the renderer thread (or whoever flushed)
         self._figure: Curves | None = None  # the PNG's figure, built on first use
         self._png: tuple[Any, bytes] = (None, b"")  # (what it shows, the PNG)
+        self._displays: list[Any] = []  # display handles of a live run, updated when it ends
 
         # Widgets. Each part is re-sent only when its content changed.
         self._header = widgets.HTML()
@@ -158,6 +159,7 @@ class Dashboard:
         if isinstance(event, RunFinished) and self._lock.acquire(timeout=_END_WAIT):
             try:  # the end of a run, rendered here unless a render is stuck (then the renderer does it)
                 self.flush()
+                self._update_displays()
             finally:
                 self._lock.release()
             return
@@ -310,7 +312,22 @@ class Dashboard:
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        display(self._repr_mimebundle_(), raw=True)
+        handle = display(self._repr_mimebundle_(), raw=True, display_id=True)
+        if handle is not None and self.view.finished is None:
+            self._displays.append(handle)  # updated at the end of the run: the saved notebook gets the PNG
+
+    def _update_displays(self) -> None:
+        """At the end of a run, give each display of a live run the final bundle (widget and PNG), so that
+        a notebook executed by nbconvert/nbclient, or saved and opened on GitHub, shows the whole run."""
+        handles, self._displays = self._displays, []
+        if not handles:
+            return
+        bundle = self._repr_mimebundle_()
+        for handle in handles:
+            try:
+                handle.update(bundle, raw=True)
+            except Exception:  # noqa: BLE001 - a closed frontend: nothing to update
+                pass
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         """The widget, and for frontends that show no widgets (a saved notebook on GitHub, nbconvert) the
