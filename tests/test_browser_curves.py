@@ -74,6 +74,17 @@ def browser(jupyter: JupyterServer, tmp_path_factory: pytest.TempPathFactory) ->
             context.close()
 
 
+def start_cells(page: Any) -> None:
+    """Run > Run All Cells, once more if no cell has started a minute later: on two busy cores a fresh
+    JupyterLab sometimes takes the click before its kernel connection is up, and runs nothing."""
+    run_all_cells(page)
+    started = page.locator(".jp-InputPrompt", has_text=re.compile(r"\[(\*|\d+)\]"))
+    try:
+        started.first.wait_for(timeout=60_000)
+    except Exception:  # noqa: BLE001 - playwright's TimeoutError: try the menu once more
+        run_all_cells(page)
+
+
 def logged_steps(run_log: Path) -> list[tuple[float, int]]:
     """(time, step) of each distinct logged step in a run log (TRL may log the last step twice)."""
     out: list[tuple[float, int]] = []
@@ -115,7 +126,7 @@ def test_the_chart_holds_every_logged_step_and_answers_the_mouse(
     run_log = jupyter.root_dir / project / "events.jsonl"
     with page_of_a_test(browser.new_page(), jupyter, tmp_path, f"curves-{ui}-failure.png") as page:
         open_notebook(page, jupyter.url(ui, name))
-        run_all_cells(page)
+        start_cells(page)
         chart = page.locator(CHART).first
         chart.wait_for(timeout=KERNEL_AND_FIRST_STEP_S * 1000)
         status = page.locator(".grpo-dashboard .grpo-status").first
@@ -238,7 +249,7 @@ def test_twenty_thousand_steps_keep_the_page_drawing_in_flat_time(
     write_notebook(jupyter.root_dir / name, ["%load_ext grpo_magic", FAKE_RUN_CELL.format(steps=steps)])
     with page_of_a_test(browser.new_page(), jupyter, tmp_path, "curves-20k-failure.png") as page:
         open_notebook(page, jupyter.url("lab", name))
-        run_all_cells(page)
+        start_cells(page)
         chart = page.locator(".grpo-dashboard .grpo-chart").first
         chart.wait_for(timeout=KERNEL_AND_FIRST_STEP_S * 1000)
         expect(chart).to_have_attribute("data-points", str(steps), timeout=300_000)
@@ -287,7 +298,7 @@ def test_grpo_compare_shows_three_named_reward_curves_and_says_lr_differs(
     )
     with page_of_a_test(browser.new_page(), jupyter, tmp_path, "compare-failure.png") as page:
         open_notebook(page, jupyter.url("notebook", name))
-        run_all_cells(page)
+        start_cells(page)
         chart = page.locator(".grpo-compare .grpo-chart").first
         chart.wait_for(timeout=KERNEL_AND_FIRST_STEP_S * 1000)
         expect(chart.locator(".grpo-caption")).to_have_text("lr differs between these runs", timeout=30_000)

@@ -317,10 +317,12 @@ class Dashboard:
             self._displays.append(handle)  # updated at the end of the run: the saved notebook gets the PNG
 
     def _update_displays(self) -> None:
-        """At the end of a run, give each display of a live run the final bundle (widget and PNG), so that
+        """At the end of a blocking run, give each of its displays the final bundle (widget and PNG), so that
         a notebook executed by nbconvert/nbclient, or saved and opened on GitHub, shows the whole run."""
         handles, self._displays = self._displays, []
-        if not handles:
+        if not handles or threading.current_thread() is not threading.main_thread():
+            # A background run (``--run``): its cell is long done, so nbconvert has saved it already, and a
+            # re-created view in a live page would stay empty until the busy kernel answers its hello.
             return
         bundle = self._repr_mimebundle_()
         for handle in handles:
