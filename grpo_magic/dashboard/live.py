@@ -193,22 +193,25 @@ class LiveCurves:
         self._on_select = on_select
         self._view: RunView | None = None
         self._notes: dict[str, list[str]] = {}
+        self._panels: tuple[Panel, ...] = ()
         self.widget.on_msg(self._on_msg)
 
-    def update(self, view: RunView) -> int:
-        """Send the changes of ``view`` since the last update; returns how many messages went."""
+    def update(self, view: RunView, notes: bool = True) -> int:
+        """Send the changes of ``view`` since the last update (``notes``: the notes too); returns how many
+        messages went."""
         self._view = view
         messages = self.feed.changes(view)
-        if not messages:
+        if not messages and not notes:
             return 0
         with self.widget.hold_sync():
-            spec = panel_spec(self.feed.panels)
-            if spec != self.widget.spec:
-                self.widget.spec = spec
-            found = {k: [n.headline, n.text] for k, n in notes_of(view).items()}
-            if found != self._notes:
-                self._notes = found
-                self.widget.notes = found
+            if self.feed.panels != self._panels:  # a reset: a panel appeared (components, tools)
+                self._panels = self.feed.panels
+                self.widget.spec = panel_spec(self._panels)
+            if notes:
+                found = {k: [n.headline, n.text] for k, n in notes_of(view).items()}
+                if found != self._notes:
+                    self._notes = found
+                    self.widget.notes = found
         for msg in messages:
             self.widget.send(msg)
         return len(messages)

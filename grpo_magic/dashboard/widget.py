@@ -48,6 +48,7 @@ LATEST = -1
 _MAX_STEP_OPTIONS = 200  # the step selector lists at most this many old steps (thinned evenly)
 RENDER_INTERVAL = 0.25  # seconds between the renderer's folds: a few times a second, whatever the step time
 _IDLE_EXIT = 5.0  # the renderer thread ends after this long without events (the next event starts it again)
+_SLOW_PARTS_S = 1.0  # the step selector, group cards, errors and notes: redrawn at most once a second
 _END_WAIT = 2.0  # the longest the end of a run waits for a render in progress
 _SHOW_AT_ONCE = (RunStarted, StatusChanged, RunFinished, EnvSwapped)  # the renderer wakes for these
 
@@ -89,6 +90,7 @@ class Dashboard:
         self._figure: Curves | None = None  # the PNG's figure, built on first use
         self._png: tuple[Any, bytes] = (None, b"")  # (what it shows, the PNG)
         self._displays: list[Any] = []  # display handles of a live run, updated when it ends
+        self._slow_at = -math.inf  # when the renderer last drew the slower parts
 
         # Widgets. Each part is re-sent only when its content changed.
         self._header = widgets.HTML()
@@ -183,7 +185,7 @@ class Dashboard:
             if self._queue:
                 idle = 0.0
                 try:
-                    self.flush()
+                    self._turn()
                 except Exception:  # noqa: BLE001 - a display error must not end the renderer (or the run)
                     import traceback
 
@@ -364,19 +366,31 @@ class Dashboard:
     # ---- rendering ----------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Fold what was handed over and render it now (the renderer's turn, the end of a run, a test)."""
+        """Fold what was handed over and render all of it now (the end of a run, a replay, a test)."""
         with self._lock:
             self._drain()
             self._render()
 
-    def _render(self) -> None:
-        """Send what changed since the last render: header, curve points, step selector, groups, errors."""
+    def _turn(self) -> None:
+        """The renderer's turn: the header and the curves' new points every time; the step selector, the
+        group cards, the errors and the notes at most every ``_SLOW_PARTS_S`` (or at once for a status)."""
+        with self._lock:
+            force = self._drain()
+            now = time.monotonic()
+            every = force or now - self._slow_at >= _SLOW_PARTS_S
+            if every:
+                self._slow_at = now
+            self._render(every)
+
+    def _render(self, every: bool = True) -> None:
+        """Send what changed since the last render: header, curve points, and (``every``) the slower parts."""
         t0 = time.perf_counter()
         self._render_header()
-        self._live.update(self.view)
-        self._render_select()
-        self._render_groups()
-        self._render_errors()
+        self._live.update(self.view, notes=every)
+        if every:
+            self._render_select()
+            self._render_groups()
+            self._render_errors()
         self.render_count += 1
         self.render_seconds += time.perf_counter() - t0
 
