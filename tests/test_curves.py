@@ -284,3 +284,18 @@ def test_a_static_replay_is_the_png_alone(tmp_path: Path) -> None:
     picture = replay(str(tmp_path), static=True)
     data = picture.data  # an IPython Image: what nbconvert, GitHub and any frontend show
     assert data.startswith(PNG) and not hasattr(picture, "widget")
+
+
+def test_the_page_code_ships_inside_the_package_with_its_licence() -> None:
+    """No CDN: uPlot, its CSS and licence and our front end are package data (an offline notebook draws too)."""
+    import tomllib
+
+    from grpo_magic.dashboard.live import STATIC, _widget_class
+
+    config = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    patterns = config["tool"]["setuptools"]["package-data"]["grpo_magic.dashboard"]
+    shipped = {p.name for pattern in patterns for p in STATIC.parent.glob(pattern)}
+    assert {"uPlot.iife.min.js", "uPlot.min.css", "uPlot.LICENSE", "curves.js", "curves.css"} <= shipped
+    assert "MIT License" in (STATIC / "uPlot.LICENSE").read_text()
+    widget = _widget_class()
+    assert "uPlot" in widget._esm and "export default" in widget._esm and "http" not in widget._esm.split("*/", 1)[1]
