@@ -164,7 +164,8 @@ def test_the_chart_holds_every_logged_step_and_answers_the_mouse(
         page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
         legend = chart.locator(".grpo-panel[data-panel='reward'] .u-legend")
         values = legend.locator(".u-series .u-value")
-        expect(values.first).to_have_text(re.compile(r"^\d+$"))  # the step
+        expect(values.first).to_have_text(re.compile(r"^\d+$"))  # the step under the cursor, mid-run
+        assert 0.3 * steps <= int(values.first.inner_text()) <= 0.7 * steps, legend.inner_text()
         assert re.fullmatch(r"-?\d[\d.e+-]*k?", values.nth(1).inner_text()), legend.inner_text()
 
         # Drag to zoom, double click to reset.

@@ -224,6 +224,12 @@ function render({ model, el }) {
     const rows = u.root.querySelectorAll(".u-legend .u-series");
     for (const i of hidden) if (rows[i]) rows[i].style.display = "none";
     u.over.addEventListener("dblclick", () => { panel._zoomed = false; });
+    // Away from the cursor the legend shows the latest values (uPlot's own shows dashes).
+    u.over.addEventListener("mouseenter", () => { panel._hover = true; });
+    u.over.addEventListener("mouseleave", () => {
+      panel._hover = false;
+      setTimeout(() => latestLegend(panel), 0);
+    });
     if (panel.key === "reward") {
       let down = null;
       u.over.addEventListener("mousedown", (e) => { down = [e.clientX, e.clientY]; });
@@ -318,12 +324,17 @@ function render({ model, el }) {
     root.dataset.step = String(st.x.length ? st.x[st.x.length - 1] : 0);
   }
 
+  function latestLegend(panel) {
+    if (panel._u && !panel._hover && st.x.length) panel._u.setLegend({ idx: st.x.length - 1 });
+  }
+
   function draw() {
     const t0 = performance.now();
     for (const panel of st.panels) {
       if (!panel._u) continue;
       const u = panel._u;
       u.batch(() => u.setData(panelData(panel), !panel._zoomed));
+      latestLegend(panel);
     }
     refreshTitles();
     const ms = performance.now() - t0;
