@@ -237,20 +237,21 @@ class Dashboard:
 
     # ---- read-only views ----------------------------------------------------------------
 
-    def _folded(self) -> RunView:
-        """The view with every event handed over so far folded in (a read from the main thread)."""
+    def folded(self) -> RunView:
+        """The view with every event handed over so far folded in (``view`` itself is the renderer's,
+        a turn behind the events)."""
         with self._lock:
             self._drain()
             return self.view
 
     @property
     def step(self) -> int:
-        return self._folded().step
+        return self.folded().step
 
     @property
     def status_text(self) -> str:
         """The status as the header shows it, e.g. ``training``, ``stopping...``, ``failed: <reason>``."""
-        return self._folded().status_text
+        return self.folded().status_text
 
     @property
     def max_group_steps(self) -> int:
@@ -260,7 +261,7 @@ class Dashboard:
     def reward_png(self) -> bytes:
         """The curves as a PNG (matplotlib), drawn now if they changed since the last one; b"" with no data."""
         with self._lock:
-            view = self._folded()
+            view = self.folded()
             if not view.steps and not view.range_steps:
                 return b""
             key = (view.curves_version, view.range_version)
@@ -277,7 +278,7 @@ class Dashboard:
     @property
     def curves_html(self) -> str:
         """The curves in words (each panel's title, latest values and note): what the page draws, as text."""
-        return summary_html(self._folded())
+        return summary_html(self.folded())
 
     @property
     def curves_sent(self) -> dict[str, Any]:
@@ -307,7 +308,7 @@ class Dashboard:
 
     def groups_in_memory(self) -> int:
         """How many groups are held in memory (the rest are in the run log)."""
-        return self._folded().groups_in_memory()
+        return self.folded().groups_in_memory()
 
     # ---- display ------------------------------------------------------------------------
 
