@@ -23,6 +23,7 @@ __all__ = [
     "GRPOParams",
     "GRPORun",
     "check_env",
+    "compare",
     "evaluate",
     "last_run",
     "load_ipython_extension",
@@ -36,11 +37,19 @@ __all__ = [
 ]
 
 
-def replay(output_dir: str) -> Any:
-    """Rebuild the dashboard of a run from its run log (a crashed kernel's run, a CLI run...)."""
+def replay(output_dir: str, static: bool = False) -> Any:
+    """Rebuild the dashboard of a run from its run log (a crashed kernel's run, a CLI run...);
+    ``static=True``: only the curves' PNG, for frontends without widgets."""
     from .dashboard import replay as _replay
 
-    return _replay(output_dir)
+    return _replay(output_dir, static=static)
+
+
+def compare(*output_dirs: Any) -> Any:
+    """Other runs' curves overlaid, from their run logs, each named by its folder and the settings that differ."""
+    from .dashboard.compare import compare as _compare
+
+    return _compare(*output_dirs)
 
 
 def check_env(*args: Any, **kwargs: Any) -> Any:

@@ -368,6 +368,28 @@ class GrpoMagics(Magics):
         except GRPOMagicError as exc:
             raise UsageError(str(exc)) from None
 
+    # ------------------------------------------------------------ %grpo_compare
+
+    @no_var_expand
+    @line_magic
+    def grpo_compare(self, line: str = "") -> Any:
+        """Overlay runs' curves from their run logs: %grpo_compare DIR [DIR ...]
+
+        Each run is named by its folder and the settings that differ between the runs (from each
+        run log's parameters); the caption says which settings those are.
+        """
+        parser = OneLineParser(prog="%grpo_compare", add_help=False)
+        parser.add_argument("output_dirs", nargs="*")
+        args = _parse(parser, line)
+        if not args.output_dirs:
+            raise UsageError("Name the runs to compare: %grpo_compare DIR [DIR ...] (their output folders).")
+        from .dashboard.compare import compare
+
+        try:
+            return compare(*args.output_dirs)
+        except GRPOMagicError as exc:
+            raise UsageError(str(exc)) from None
+
     # ------------------------------------------------------------ %grpo_envs, %grpo_stop, %grpo_export
 
     @line_magic

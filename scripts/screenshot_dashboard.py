@@ -1,17 +1,20 @@
 """Regenerate docs/dashboard.png: the live dashboard of a short run, shot in JupyterLab by Chromium.
 
-The route is the user's: JupyterLab serves a notebook that registers the letters env
-(envs/letters.py) with ``%%grpo_env`` and starts ``%grpo_train ... --run`` on the offline ``tiny``
-model; headless Chromium runs all cells, waits until the run is well under way and screenshots
-the cell with its dashboard, then presses Stop. Needs Debian's chromium and the playwright
-Python package (scripts/install.sh installs both); about a minute on two CPU cores.
+The route is the user's: JupyterLab serves a notebook that registers the addition env
+(envs/addition.py) and starts ``%grpo_train ... --run`` on the offline ``tiny-math`` model with the
+lesson's recipe (notebooks/04_sft_then_grpo.ipynb: a run that learns, its reward rising); headless
+Chromium runs all cells, waits until the run is well under way (or done) and screenshots the cell with
+its dashboard (the curves drawn in the page by uPlot), then presses Stop if it still runs. Needs
+Debian's chromium and the playwright Python package (scripts/install.sh installs both); a few
+minutes on two CPU cores (tiny-math is built on first use, about a minute).
 
-    python scripts/screenshot_dashboard.py [--out docs/dashboard.png] [--max-steps 300] [--shot-step 80]
+    python scripts/screenshot_dashboard.py [--out docs/dashboard.png] [--max-steps 60] [--shot-step 60]
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 import time
@@ -31,17 +34,18 @@ from browser_support import (  # noqa: E402
     write_notebook,
 )
 
-
-def letters_env_cell() -> str:
-    """envs/letters.py as a ``%%grpo_env`` cell, the way a user would paste it."""
-    source = (REPO / "envs" / "letters.py").read_text()
-    body = source.split('"""', 2)[2].replace("from __future__ import annotations\n", "").strip()
-    return "%%grpo_env LettersEnv\n" + body + "\n"
+ENV_CELL = """import sys
+sys.path.insert(0, {repo!r})  # envs/ (the example environments) sits at the repository root
+import grpo_magic
+from envs.addition import AdditionEnv
+grpo_magic.register_env(AdditionEnv, "Addition")"""
 
 
 def train_line(max_steps: int) -> str:
-    return (f"run = %grpo_train --env LettersEnv --model tiny --max-steps {max_steps} --batch-size 8 "
-            "--rl-num-generations 8 --rl-max-new-tokens 16 --lr 5e-3 --rl-kl-coef 0 --seed 0 --run")
+    """The lesson's recipe (bench/run.py TEACH): tiny-math learns to add within a minute of training."""
+    return (f"run = %grpo_train --env Addition --model tiny-math --rl-num-generations 8 --batch-size 32 "
+            f"--rl-max-new-tokens 8 --lr 5e-4 --rl-kl-coef 0 --seed 42 --max-steps {max_steps} "
+            "--project-name grpo-run/addition --run")
 
 
 def shoot(out: Path, max_steps: int, shot_step: int, work: Path, timeout_s: float) -> None:
@@ -49,7 +53,8 @@ def shoot(out: Path, max_steps: int, shot_step: int, work: Path, timeout_s: floa
 
     server = JupyterServer(work / "root", work / "state")
     notebook = "dashboard_demo.ipynb"
-    write_notebook(server.root_dir / notebook, training_notebook_cells(letters_env_cell(), train_line(max_steps)))
+    cells = training_notebook_cells(ENV_CELL.format(repo=str(REPO)), train_line(max_steps))
+    write_notebook(server.root_dir / notebook, cells)
     server.start()
     try:
         with sync_playwright() as p:
@@ -63,9 +68,9 @@ def shoot(out: Path, max_steps: int, shot_step: int, work: Path, timeout_s: floa
                 dash.wait_for(timeout=timeout_s * 1000)
                 step = wait_for_step(page, shot_step, timeout_s)
                 expect(dash.locator(".grpo-group").first).to_be_visible(timeout=30_000)
-                page.wait_for_function("svg => svg.getBoundingClientRect().width > 200",
-                                       arg=dash.locator(".grpo-curves svg").first.element_handle(), timeout=30_000)
-                page.wait_for_timeout(500)  # let the last widget update paint
+                chart = dash.locator(".grpo-chart").first
+                expect(chart).to_have_attribute("data-points", re.compile(r"^[1-9]"), timeout=30_000)
+                page.wait_for_timeout(1500)  # let the last widget update paint
                 cell = page.locator(".jp-CodeCell").filter(has=page.locator(".grpo-dashboard")).first
                 cell.scroll_into_view_if_needed()
                 # The cell's input line and its dashboard; not what the run prints below it.
@@ -76,9 +81,11 @@ def shoot(out: Path, max_steps: int, shot_step: int, work: Path, timeout_s: floa
                 out.parent.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(out), clip=clip)
                 print(f"wrote {out} at step {step} of {max_steps}")
-                dash.get_by_role("button", name="Stop").click()
+                stop = dash.get_by_role("button", name="Stop")
+                if stop.is_enabled():
+                    stop.click()
                 expect(page.locator(".grpo-dashboard .grpo-status").first).to_contain_text(
-                    "stopped", timeout=timeout_s * 1000)
+                    re.compile("stopped|completed"), timeout=timeout_s * 1000)
             finally:
                 context.close()
     finally:
@@ -88,8 +95,8 @@ def shoot(out: Path, max_steps: int, shot_step: int, work: Path, timeout_s: floa
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "dashboard.png")
-    parser.add_argument("--max-steps", type=int, default=300)
-    parser.add_argument("--shot-step", type=int, default=80, help="take the screenshot once this step is shown")
+    parser.add_argument("--max-steps", type=int, default=60)
+    parser.add_argument("--shot-step", type=int, default=60, help="take the screenshot once this step is shown")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds to wait for each stage")
     parser.add_argument("--keep", type=Path, default=None, help="keep the notebook, run and logs in this folder")
     args = parser.parse_args(argv)

@@ -3,8 +3,8 @@
 A notebook registers a slow env and starts a background run with ``%grpo_train --run``; the page
 must show the step counter advancing, scored groups and the curves while the cell is done
 and the kernel idle (widget messages from the training thread reach the browser live), and the
-dashboard's Stop button must end the run as ``stopped`` with its weights saved. A fast run must
-show its curves changing as it goes (not only at the end) and a note next to a puzzling curve.
+dashboard's Stop button must end the run as ``stopped`` with its weights saved (the curves of a fast
+run, in depth: tests/test_browser_curves.py).
 Screenshots of the dashboard mid-run and at the end are kept in the test's tmp folder.
 """
 
@@ -101,10 +101,10 @@ def test_live_dashboard_and_stop_button(ui: str, jupyter: JupyterServer, browser
         expect(card).to_contain_text(re.compile(r"A [+-]\d\.\d\d"))
         expect(card).to_contain_text("Write the letter a")
 
-        # The curves: SVG panels inside the dashboard, drawn and not empty.
-        plot = dash.locator(".grpo-curves svg[data-panel='reward']")
+        # The curves: drawn in the page by uPlot (tests/test_browser_curves.py tests them in depth).
+        plot = dash.locator(".grpo-chart .grpo-panel[data-panel='reward'] canvas")
         expect(plot).to_be_visible(timeout=30_000)
-        page.wait_for_function("svg => svg.getBoundingClientRect().width > 200", arg=plot.element_handle(),
+        page.wait_for_function("c => c.getBoundingClientRect().width > 200", arg=plot.element_handle(),
                                timeout=30_000)
         dash.screenshot(path=str(tmp_path / f"dashboard-{ui}-mid-run.png"))
         page.screenshot(path=str(tmp_path / f"page-{ui}-mid-run.png"))
@@ -122,64 +122,3 @@ def test_live_dashboard_and_stop_button(ui: str, jupyter: JupyterServer, browser
         assert (output_dir / "model.safetensors").exists()
         assert '"status": "stopped"' in (output_dir / "events.jsonl").read_text().splitlines()[-1]
         print(f"{ui}: " + ", ".join(f"{k} at {v:.0f} s" for k, v in timings.items()) + f"; screenshots in {tmp_path}")
-
-
-FAST_ENV_CELL = '''%%grpo_env FastLetters
-from datasets import Dataset
-
-class FastLetters:
-    """Share of 'a' in the reply: no waiting, so steps take what the tiny model takes."""
-
-    def build_dataset(self, tokenizer):
-        return Dataset.from_dict({"prompt": [f"Write the letter a {i} times: " for i in range(32)]})
-
-    def score_episode(self, model, tokenizer, completion):
-        return completion.count("a") / max(1, len(completion))
-'''
-
-
-def test_the_curves_follow_a_fast_run_and_explain_themselves(jupyter: JupyterServer, browser: Any,
-                                                             tmp_path: Path) -> None:
-    """Tiny steps (a tenth of a second or less): the page's curves must change at least 5 times during the run."""
-    from playwright.sync_api import expect
-
-    name = "fast_curves.ipynb"
-    steps = 300  # 20-30 ms steps: 1% of such a run buys the curves 10 to 40 redraws in a kernel
-    train_line = (f"run = %grpo_train --env FastLetters --model tiny --max-steps {steps} --batch-size 8 "
-                  "--rl-num-generations 4 --rl-max-new-tokens 8 --rl-kl-coef 0 --project-name run-fast --run")
-    sent = """d = run.wait().dashboard  # what the kernel sent: tells a quiet kernel from a page that fell behind
-training = sum(h.get("step_time", 0.0) for h in run.history)
-print(f"kernel: {d.curve_updates} curve updates, {1000 * d.curve_seconds / max(1, d.curve_updates):.2f} ms each; "
-      f"{d.render_count} renders, {1000 * d.render_seconds / max(1, d.render_count):.2f} ms each; "
-      f"dashboard {100 * d.training_busy_seconds / max(1e-9, training):.2f}% of {training:.1f} s of steps")"""
-    write_notebook(jupyter.root_dir / name, [*training_notebook_cells(FAST_ENV_CELL, train_line), sent])
-    with page_of_a_test(browser.new_page(), jupyter, tmp_path, "page-fast-failure.png") as page:
-        open_notebook(page, jupyter.url("lab", name))
-        run_all_cells(page)
-        dash = page.locator(".grpo-dashboard").first
-        dash.wait_for(timeout=KERNEL_AND_FIRST_STEP_S * 1000)
-        chart = dash.locator(".grpo-curves .grpo-chart")
-        seen: list[int] = []
-        deadline = time.monotonic() + KERNEL_AND_FIRST_STEP_S + 120
-        status = page.locator(".grpo-dashboard .grpo-status").first
-        while time.monotonic() < deadline:
-            if chart.count():
-                drawn = int(chart.first.get_attribute("data-step") or 0)
-                if not seen or drawn != seen[-1]:
-                    seen.append(drawn)
-            if re.search("completed|failed|stopped", status.inner_text()):
-                break
-            page.wait_for_timeout(50)
-        expect(status).to_have_text("completed", timeout=120_000)
-        during = [s for s in seen if 0 < s < steps]
-        kernel = page.locator(".jp-OutputArea-output", has_text="curve updates").first
-        kernel.wait_for(timeout=60_000)
-        print(kernel.inner_text())
-        assert len(during) >= 5, f"the curves changed only at steps {seen} of a {steps}-step run ({kernel.inner_text()})"
-        # tiny never learned to stop: the clipped share is near 1, and its note says what that means
-        note = dash.locator(".grpo-note[data-panel='length']")
-        expect(note).to_contain_text("completions cut off")
-        note.locator("summary").click()
-        expect(note).to_contain_text("Raise rl_max_new_tokens")
-        dash.screenshot(path=str(tmp_path / "dashboard-fast-curves.png"))
-        print(f"curves drawn at steps {seen}; screenshot in {tmp_path}")

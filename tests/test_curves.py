@@ -1,13 +1,15 @@
-"""The live curves (SVG panels in the page), their notes, the PNG kept for replays, and when they update.
+"""The live curves: what the kernel sends the page (only new points), their notes, and the PNG kept
+for frontends without widgets.
 
-Fed with synthetic events, no model. How often the curves update is a rule of time (a 1% budget, a
-minimum interval): it is tested with a fake clock, so that the counts are exact and no assertion
-depends on this machine's speed (bench/run.py measures the real share).
+Fed with synthetic events, no model. The page's side (uPlot in the browser) is tested in
+tests/test_browser_curves.py; here, the messages: a page that applies them holds exactly the
+view's rows, whatever order resumes, repeated steps and late pages come in.
 """
 
 from __future__ import annotations
 
 import base64
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -15,10 +17,10 @@ from typing import Any
 import pytest
 
 pytest.importorskip("ipywidgets")
+pytest.importorskip("anywidget")
 
-import grpo_magic.dashboard.widget as widget_module  # noqa: E402
 from grpo_magic.dashboard import Dashboard, RunView, replay  # noqa: E402
-from grpo_magic.dashboard.chart import MAX_POINTS, chart_html  # noqa: E402
+from grpo_magic.dashboard.live import CurveFeed, evals_of, panel_spec  # noqa: E402
 from grpo_magic.dashboard.notes import notes  # noqa: E402
 from grpo_magic.dashboard.panels import PANELS, curve_metrics  # noqa: E402
 from grpo_magic.dashboard.state import CURVE_METRICS  # noqa: E402
@@ -54,93 +56,152 @@ def view_of(*events: Any) -> RunView:
     return view
 
 
-def paths(svg: str) -> list[str]:
-    return re.findall(r'<path d="([^"]*)"', svg)
+class Page:
+    """What curves.js does with the messages, in Python: the rows it holds."""
+
+    def __init__(self) -> None:
+        self.x: list[float] = []
+        self.cols: dict[str, list[Any]] = {}
+        self.markers: list[Any] = []
+        self.evals: list[Any] = []
+
+    def __call__(self, msg: dict[str, Any]) -> None:
+        if msg["kind"] == "overlay":
+            self.markers, self.evals = msg["markers"], msg["evals"]
+            return
+        start = 0 if msg["kind"] == "reset" else msg["start"]
+        assert start <= len(self.x), "a gap: the page would ask for everything again"
+        if msg["kind"] == "reset":
+            self.cols = {}
+            self.markers, self.evals = msg["markers"], msg["evals"]
+        self.x[start:] = msg["x"]
+        for name, values in msg["columns"].items():
+            col = self.cols.setdefault(name, [None] * start)
+            col[start:] = values
 
 
-# ---- the SVG panels ----------------------------------------------------------------------------
+def same(view: RunView, page: Page) -> None:
+    assert page.x == list(view.steps)
+    for metric in ("reward", "loss", "completions/clipped_ratio"):
+        want = [None if math.isnan(v) else v for v in view.series(metric)]
+        assert page.cols[metric] == want, metric
+
+
+# ---- what the kernel sends -----------------------------------------------------------------------
 
 
 def test_panels_are_declared_once_for_both_renderers() -> None:
     assert CURVE_METRICS == curve_metrics() and "reward" in CURVE_METRICS and "error_rate" in CURVE_METRICS
     assert len({p.key for p in PANELS}) == len(PANELS)
+    spec = panel_spec(PANELS)
+    assert [p["key"] for p in spec] == [p.key for p in PANELS]
+    assert {p["key"] for p in spec if p["log"]} == {"loss", "kl"}  # a log scale where values span decades
 
 
-def test_every_panel_is_an_svg_whose_lines_follow_the_steps() -> None:
-    dash = Dashboard(throttle_s=0)
+def test_each_step_is_sent_once_and_the_page_holds_every_row() -> None:
+    dash = Dashboard(interval_s=None)  # no renderer thread: the test's flushes are the renderer's turns
+    sent: list[dict[str, Any]] = []
+    dash._curves.send = sent.append
     dash(started())
-    seen = []
-    for s in range(1, 6):
+    page = Page()
+    for s in range(1, 41):
         dash(group(s))
         dash(step(s, reward=0.1 * s))
-        dash.flush()
-        seen.append(dash.curves_html)
-    html = seen[-1]
-    assert html.count("<svg ") == len(PANELS)
-    for panel in PANELS:
-        assert f'data-panel="{panel.key}"' in html and panel.title in html
-    assert 'data-step="5"' in html and "mean reward (± std, group min/max) <b" in html
-    assert "mean: 0.5 at step 5" in html  # the line's tooltip: the latest value
-    assert len(set(seen)) == 5  # a new picture at every step
-    assert dash.curve_updates == 5
+        if s % 7 == 0:
+            dash.flush()  # a renderer's turn: the steps since the last one, in one message
     dash.flush()
-    assert dash.curve_updates == 5  # nothing new: nothing sent
-    kl = re.search(r'<svg [^>]*data-panel="kl".*?</svg>', html).group(0)
-    assert "no data" in kl  # rl_kl_coef 0: TRL logs no KL
+    for msg in sent:
+        page(msg)
+    same(dash.view, page)
+    assert sent[0]["kind"] == "reset" and all(m["kind"] == "append" for m in sent[1:])
+    assert len(sent) == 6 and dash.curve_updates == 6 and dash.points_sent == 40  # steps 7, 14, ..., 35, then 40
+    new_rows = sum(len(m["x"]) for m in sent)
+    assert new_rows <= 40 + len(sent)  # each step once, but for the last row of each message sent again
+    assert page.cols["range_min"][-1] == 0.0 and page.cols["range_max"][-1] == 1.0  # the groups' min/max
+    dash.flush()
+    assert len(sent) == 6  # nothing new: nothing sent
 
 
-def test_missing_values_break_the_line_instead_of_faking_a_point() -> None:
-    view = view_of(started(), step(1, loss=0.3), StepLogged(step=2, metrics={"reward": 0.5}), step(3, loss=0.2))
-    svg = re.search(r'<svg [^>]*data-panel="loss".*?</svg>', chart_html(view, {})).group(0)
-    line = paths(svg)[1]  # after the grid
-    assert line.count("M") == 2 and "nan" not in svg.lower()
-
-
-def test_long_runs_are_thinned_and_keep_their_extremes() -> None:
-    events = [started()]
-    for s in range(1, 10_001):
-        events.append(step(s, reward=1.0 if s == 5_000 else -1.0 if s == 7_777 else 0.5))
-    view = view_of(*events)
-    html = chart_html(view, {})
-    for d in paths(html):
-        assert len(re.findall(r"-?\d+", d)) <= 2 * MAX_POINTS + 2
-    reward = re.search(r'<svg [^>]*data-panel="reward".*?</svg>', html).group(0)
-    ys = [int(v) for v in re.findall(r"-?\d+", paths(reward)[1])[1::2]]  # the mean line, after the grid
-    assert len(set(ys)) == 3  # the spike up, the spike down and the plateau all survive
-
-
-def test_lines_kept_between_redraws_draw_what_a_fresh_drawing_draws() -> None:
-    """The live dashboard formats only new points; a replay draws from scratch: the same SVG, always."""
-    from grpo_magic.dashboard.chart import LineCache
-
-    cache = LineCache()
-    view = view_of(started())
-    script: list[Any] = []
-    for s in range(1, 1_300):  # past MAX_POINTS: buckets of 2, then 4 steps
-        script.append(group(s, [0.0, 1.0] if s % 7 else [0.5, 0.5]))
-        loss = float("nan") if s % 50 == 0 else 0.01 * s if s > 600 else 0.3  # gaps, and a spread that grows
-        script.append(step(s, loss=loss, reward=0.1 * (s % 10)))
-        if s == 700:  # TRL logs a step twice: the second merges into the first
-            script.append(step(s, loss=5.0))
-        if s == 900:  # a resumed run goes back to step 850
-            script += [group(850), step(850, reward=0.99)]
+def test_a_step_logged_twice_a_resume_and_a_late_page_all_end_with_the_views_rows() -> None:
+    view = RunView()
+    feed = CurveFeed()
+    page, late = Page(), None
+    script: list[Any] = [started()]
+    for s in range(1, 301):
+        script += [group(s), step(s, loss=float("nan") if s % 50 == 0 else 0.01 * s)]
+        if s == 100:
+            script.append(step(100, loss=5.0))  # TRL logs a step twice: merged into one row
+        if s == 200:
+            script += [group(150), step(150, reward=0.99)]  # a resumed run goes back to step 150
     for i, event in enumerate(script):
         view.apply(event)
-        if i % 37 == 0 or i == len(script) - 1:
-            assert chart_html(view, {}, cache=cache) == chart_html(view, {}), f"after event {i}"
-    assert view.cuts >= 1
+        if i % 13 == 0:
+            for msg in feed.changes(view):
+                page(msg)
+        if i == 400:
+            late = Page()
+            late(feed.reset(view))  # a page opened mid-run says hello and gets every row
+    for msg in feed.changes(view):
+        page(msg)
+    same(view, page)
+    assert view.cuts >= 1 and page.cols["loss"][99] == 5.0 and page.x[150] == 201
+    assert late is not None and late.x != page.x
 
 
-def test_a_marked_step_shows_on_every_curve_and_in_the_png() -> None:
-    dash = Dashboard(throttle_s=0)
+def test_markers_and_evaluations_travel_as_an_overlay() -> None:
+    view = view_of(started(), step(1), step(2))
+    feed = CurveFeed()
+    page = Page()
+    for msg in feed.changes(view):
+        page(msg)
+    view.add_marker(2, "env swapped to B")
+    view.evals = [{"step": 2, "greedy_mean": 0.75}, {"step": 3, "greedy_mean": float("nan")}]  # i23's state.evals
+    msgs = feed.changes(view)
+    for msg in msgs:
+        page(msg)
+    assert [m["kind"] for m in msgs] == ["append", "overlay"]
+    assert page.markers == [[2.0, "env swapped to B"]] and page.evals == [[2.0, 0.75]]
+    assert evals_of(RunView()) == []  # no evaluations: nothing drawn
+
+
+def test_missing_values_are_sent_as_gaps_not_points() -> None:
+    view = view_of(started(), step(1, loss=0.3), StepLogged(step=2, metrics={"reward": 0.5}), step(3, loss=0.2))
+    msg = CurveFeed().changes(view)[0]
+    assert msg["columns"]["loss"] == [0.3, None, 0.2] and msg["columns"]["kl"] == [None, None, None]
+
+
+def test_a_click_on_the_reward_curve_selects_that_step(tmp_path: Path) -> None:
+    dash = Dashboard(max_group_steps=2, run_log=str(tmp_path))
+    log = RunLog(tmp_path)
+    for event in (started(output_dir=str(tmp_path)), *[e for s in range(1, 6) for e in (group(s), step(s))]):
+        log(event)
+        dash(event)
+    log.close()
+    dash.flush()
+    dash._live._on_msg(dash._curves, {"kind": "select", "step": 2}, [])  # what curves.js sends on a click
+    assert dash.selected_step == 2 and "step 2 · group 0" in dash.groups_html
+    dash._live._on_msg(dash._curves, {"kind": "select", "step": "x"}, [])  # a bad message changes nothing
+    assert dash.selected_step == 2
+
+
+def test_a_page_that_says_hello_gets_every_row() -> None:
+    dash = Dashboard()
+    sent: list[dict[str, Any]] = []
+    for s in (1, 2, 3):
+        dash(step(s))
+    dash.flush()
+    dash._curves.send = sent.append
+    dash._live._on_msg(dash._curves, {"kind": "hello"}, [])
+    assert sent[-1]["kind"] == "reset" and sent[-1]["x"] == [1, 2, 3]
+
+
+def test_a_marked_step_shows_in_the_png() -> None:
+    dash = Dashboard()
     dash(started())
     for s in range(1, 5):
         dash(step(s))
-    dash.flush()
     before_png = dash.reward_png
     dash.view.add_marker(3, "env swapped: <AdditionEnv v2>")
-    dash.flush()
-    assert dash.curves_html.count("env swapped: &lt;AdditionEnv v2&gt; (step 3)") == len(PANELS)
     assert dash.reward_png.startswith(PNG) and dash.reward_png != before_png
 
 
@@ -177,7 +238,7 @@ def test_cut_off_completions_are_explained() -> None:
 
 def test_notes_sit_next_to_their_curve_escaped_and_come_back_in_a_replay(tmp_path: Path) -> None:
     params = {**PARAMS, "rl_loss_type": "<b>odd</b>"}
-    live = Dashboard(throttle_s=0, run_log=str(tmp_path))
+    live = Dashboard(run_log=str(tmp_path))
     log = RunLog(tmp_path)
     events = [started(params, str(tmp_path)), StatusChanged(status="training")]
     events += [step(s, loss=0.001, frac_reward_zero_std=0.9, reward=1.0) for s in range(1, 8)]
@@ -191,8 +252,10 @@ def test_notes_sit_next_to_their_curve_escaped_and_come_back_in_a_replay(tmp_pat
         panel = re.search(rf'<div class="grpo-panel" data-panel="{key}">.*?</div></details></div>', html)
         assert panel and 'class="grpo-note"' in panel.group(0), key
     assert "&lt;b&gt;odd&lt;/b&gt;" in html and "<b>odd</b>" not in html
+    sent = live._curves.notes  # what the page shows under each panel (as text: curves.js never parses it as HTML)
+    assert set(sent) >= {"loss", "zero_std"} and "<b>odd</b>" in sent["loss"][1]
     again = replay(str(tmp_path))
-    assert again.curves_html == html
+    assert again.curves_html == html and again.curves_sent["notes"] == sent
 
 
 # ---- the PNG, for replays and frontends without widgets -------------------------------------------
@@ -206,115 +269,33 @@ def test_the_png_is_drawn_only_when_asked_and_offered_to_frontends_without_widge
         log(event)
     log.close()
     again = replay(str(tmp_path))
-    assert again._figure is None  # the replay's curves were drawn as SVG only
+    assert again._figure is None  # the replay's curves went to the page as points only
     bundle = again._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
     assert base64.b64decode(bundle["image/png"]).startswith(PNG)
     assert again.reward_png is again.reward_png  # drawn once, reused while nothing changes
 
 
-# ---- when the curves update: a fake clock, exact counts ------------------------------------------
+def test_a_static_replay_is_the_png_alone(tmp_path: Path) -> None:
+    log = RunLog(tmp_path)
+    for event in (started(output_dir=str(tmp_path)), group(1), step(1), step(2), RunFinished(status="completed")):
+        log(event)
+    log.close()
+    picture = replay(str(tmp_path), static=True)
+    data = picture.data  # an IPython Image: what nbconvert, GitHub and any frontend show
+    assert data.startswith(PNG) and not hasattr(picture, "widget")
 
 
-class FakeClock:
-    """The dashboard's ``time``: monotonic and perf_counter both read ``now``; drawing costs ``cost``."""
+def test_the_page_code_ships_inside_the_package_with_its_licence() -> None:
+    """No CDN: uPlot, its CSS and licence and our front end are package data (an offline notebook draws too)."""
+    import tomllib
 
-    def __init__(self) -> None:
-        self.now = 1_000.0
-        self.cost = 0.0
+    from grpo_magic.dashboard.live import STATIC, _widget_class
 
-    def monotonic(self) -> float:
-        return self.now
-
-    def perf_counter(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    fake = FakeClock()
-    monkeypatch.setattr(widget_module, "time", fake)
-    monkeypatch.setattr(widget_module, "_curves_cost_seen", 0.001)
-    real = widget_module.chart_html
-
-    def costly(*args: Any, **kwargs: Any) -> str:
-        fake.now += fake.cost
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(widget_module, "chart_html", costly)
-    return fake
-
-
-def train(clock: FakeClock, steps: int, step_s: float, cost: float) -> Dashboard:
-    clock.cost = cost
-    dash = Dashboard()  # the default throttle: 0.3 s between renders of everything else
-    dash(started())
-    dash(StatusChanged(status="training"))
-    for s in range(1, steps + 1):
-        clock.now += step_s
-        dash(group(s))
-        dash(step(s))
-    return dash
-
-
-def test_cheap_curves_follow_every_step_of_a_fast_run(clock: FakeClock) -> None:
-    dash = train(clock, 200, step_s=0.03125, cost=0.0002)  # 31 ms steps, 0.2 ms drawings
-    assert dash.curve_updates >= 196  # every step (the first few wait for the budget's first estimate, 1 ms)
-    assert dash.curve_seconds <= 0.01 * 200 * 0.03125
-
-
-def test_costlier_curves_update_every_other_step_within_one_percent(clock: FakeClock) -> None:
-    dash = train(clock, 200, step_s=0.5, cost=0.01)  # 10 ms drawings: 1% of 0.5 s steps allows every other one
-    assert 95 <= dash.curve_updates <= 101
-    assert dash.curve_seconds <= 0.01 * 200 * 0.5 + 0.01
-
-
-def test_the_curves_get_what_the_rest_of_the_dashboard_leaves_of_one_percent(clock: FakeClock,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    real_apply = RunView.apply
-
-    def slow_apply(self: RunView, event: Any) -> bool:
-        clock.now += 0.0001  # 0.1 ms an event, 0.2 ms a step: 0.64% of a 31 ms step
-        return real_apply(self, event)
-
-    monkeypatch.setattr(RunView, "apply", slow_apply)
-    clock.cost = 0.0002  # curves alone would follow every step (above)
-    dash = Dashboard()
-    dash(started())
-    dash(StatusChanged(status="training"))
-    before = dash.busy_seconds
-    for s in range(1, 201):
-        clock.now += 0.03125
-        dash(group(s))
-        dash(step(s))
-    elapsed = 200 * 0.03125 + (dash.busy_seconds - before)  # the steps, and the dashboard's time in them
-    assert dash.busy_seconds - before <= 0.01 * elapsed + 0.0003  # the whole dashboard within 1%, one event over
-    assert 70 <= dash.curve_updates <= 130  # the 0.36% left: about every other step
-
-
-def test_costly_renders_of_the_other_parts_leave_the_curves_their_share(clock: FakeClock,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """A kernel with a page attached: 5 ms to send the header, selector and groups. On the 0.3 s
-    throttle alone they would take 1.7% of training and the curves would never be drawn."""
-    real_groups = Dashboard._render_groups
-
-    def slow_groups(self: Dashboard) -> None:
-        clock.now += 0.005
-        real_groups(self)
-
-    monkeypatch.setattr(Dashboard, "_render_groups", slow_groups)
-    dash = train(clock, 200, step_s=0.03125, cost=0.0002)
-    elapsed = 200 * 0.03125 + dash.training_busy_seconds
-    assert dash.training_busy_seconds <= 0.01 * elapsed + 0.005  # the whole dashboard within 1%, one render over
-    assert dash.render_count >= 5  # the other parts still follow, every 2 s (the longest wait)
-    assert dash.curve_updates >= 100  # and the curves at least every other step
-
-
-def test_very_fast_steps_are_drawn_at_most_fifty_times_a_second(clock: FakeClock) -> None:
-    dash = train(clock, 800, step_s=0.00625, cost=0.0)  # 160 steps a second
-    assert 195 <= dash.curve_updates <= 251  # 5 s of training, at most 50 a second (here every 4th step: 40)
-
-
-def test_a_step_longer_than_a_redraw_is_drawn_every_time(clock: FakeClock) -> None:
-    dash = train(clock, 50, step_s=3.0, cost=0.025)  # steps of 3 s, drawings of 25 ms
-    assert dash.curve_updates == 50
+    config = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    patterns = config["tool"]["setuptools"]["package-data"]["grpo_magic.dashboard"]
+    shipped = {p.name for pattern in patterns for p in STATIC.parent.glob(pattern)}
+    assert {"uPlot.iife.min.js", "uPlot.min.css", "uPlot.LICENSE", "curves.js", "curves.css"} <= shipped
+    assert "MIT License" in (STATIC / "uPlot.LICENSE").read_text()
+    widget = _widget_class()
+    assert "uPlot" in widget._esm and "export default" in widget._esm and "http" not in widget._esm.split("*/", 1)[1]

@@ -8,6 +8,7 @@ import math
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,12 @@ def run_events(steps: int, groups_per_step: int = 2, output_dir: str = "/tmp/run
     return events
 
 
+def shown(dash: Dashboard) -> Dashboard:
+    """The dashboard with what was handed over rendered (the renderer thread does it a few times a second)."""
+    dash.flush()
+    return dash
+
+
 # ---- status, header, stop -------------------------------------------------------------------
 
 
@@ -107,22 +114,22 @@ def test_status_transitions_and_header() -> None:
     assert dash.status_text == "starting"
     dash(started())
     assert dash.status_text == "starting"
-    assert "HotelEnv" in dash._header.value and "tiny" in dash._info.value and "/tmp/run" in dash._info.value
+    assert "HotelEnv" in shown(dash)._header.value and "tiny" in shown(dash)._info.value and "/tmp/run" in shown(dash)._info.value
     dash(StatusChanged(status="loading model", time=T0 + 1))
     assert dash.status_text == "loading model"
-    assert "loading model" in dash._header.value  # StatusChanged is rendered at once
+    assert "loading model" in shown(dash)._header.value  # StatusChanged is rendered at once
     dash(StatusChanged(status="training", time=T0 + 2))
     assert dash.status_text == "training"
     dash(step_logged(12))
     dash.flush()
     assert dash.step == 12
-    assert dash._progress.value == 12 and dash._progress.max == 40
-    assert "step 12/40" in dash._progress_text.value and "ETA" in dash._progress_text.value
+    assert shown(dash)._progress.value == 12 and shown(dash)._progress.max == 40
+    assert "step 12/40" in shown(dash)._progress_text.value and "ETA" in shown(dash)._progress_text.value
     dash(StatusChanged(status="stopping", time=T0 + 13))
     assert dash.status_text == "stopping..."
     dash(RunFinished(status="stopped", reason="stopped by the user", output_dir="/tmp/run", steps=12, time=T0 + 14))
     assert dash.status_text.startswith("stopped")
-    assert "ETA" not in dash._progress_text.value and "elapsed 0:14" in dash._progress_text.value
+    assert "ETA" not in shown(dash)._progress_text.value and "elapsed 0:14" in shown(dash)._progress_text.value
 
 
 def test_failed_status_shows_reason() -> None:
@@ -130,9 +137,9 @@ def test_failed_status_shows_reason() -> None:
     dash(started())
     dash(RunFinished(status="failed", reason="episode error rate 60% is above rl_max_error_rate 50%", time=T0 + 3))
     assert dash.status_text == "failed: episode error rate 60% is above rl_max_error_rate 50%"
-    assert "failed" in dash._header.value
-    assert "above rl_max_error_rate" in dash._info.value
-    assert dash._progress.bar_style == "danger"
+    assert "failed" in shown(dash)._header.value
+    assert "above rl_max_error_rate" in shown(dash)._info.value
+    assert shown(dash)._progress.bar_style == "danger"
 
 
 def test_stop_button_calls_on_stop() -> None:
@@ -143,8 +150,8 @@ def test_stop_button_calls_on_stop() -> None:
     dash._stop_button.click()
     assert calls == [1]
     assert dash.status_text == "stopping..."
-    assert "stopping..." in dash._header.value
-    assert dash._stop_button.disabled
+    assert "stopping..." in shown(dash)._header.value
+    assert shown(dash)._stop_button.disabled
     dash._stop_button.click()  # a second click does not stop twice
     assert calls == [1]
     dash(RunFinished(status="stopped", time=T0 + 2))
@@ -153,14 +160,14 @@ def test_stop_button_calls_on_stop() -> None:
 
 def test_stop_button_hidden_without_on_stop() -> None:
     dash = Dashboard()
-    assert dash._stop_button.layout.display == "none"
+    assert shown(dash)._stop_button.layout.display == "none"
 
 
 # ---- curves ---------------------------------------------------------------------------------
 
 
 def test_reward_png_is_png_and_changes_with_new_steps() -> None:
-    dash = Dashboard(throttle_s=0)
+    dash = Dashboard()
     dash(started())
     assert dash.reward_png == b""  # nothing to plot yet
     for s in range(1, 4):
@@ -177,7 +184,7 @@ def test_reward_png_is_png_and_changes_with_new_steps() -> None:
 
 
 def test_curves_survive_missing_and_nan_metrics() -> None:
-    dash = Dashboard(throttle_s=0)
+    dash = Dashboard()
     dash(started())
     dash(StepLogged(step=1, metrics={"reward": None, "kl": float("nan")}, time=T0 + 1))
     dash(StepLogged(step=2, metrics={}, time=T0 + 2))
@@ -233,9 +240,9 @@ def test_episode_error_mark_with_traceback() -> None:
     assert "1 episode error" in html and "excluded" in html
     assert "A = (1.00 - 0.50) / (0.50 + 1e-4) = 1.00" in html  # errors left out of mean and std
     # errors panel: counts by kind and the latest traceback
-    assert "Episode errors (1)" in dash._errors_box.get_title(0)
-    assert "<b>KeyError</b>: 1" in dash._errors.value
-    assert "File &quot;env.py&quot;" in dash._errors.value
+    assert "Episode errors (1)" in shown(dash)._errors_box.get_title(0)
+    assert "<b>KeyError</b>: 1" in shown(dash)._errors.value
+    assert "File &quot;env.py&quot;" in shown(dash)._errors.value
 
 
 def test_clipped_score_is_marked() -> None:
@@ -261,11 +268,11 @@ def test_user_and_model_text_is_escaped() -> None:
     )
     dash(EpisodeError(step=1, index=0, kind="<E>", message="<script>", traceback="<tb>", time=T0 + 1))
     dash.flush()
-    everything = dash.groups_html + dash._errors.value + dash._header.value + dash._info.value
+    everything = dash.groups_html + shown(dash)._errors.value + shown(dash)._header.value + shown(dash)._info.value
     assert "<script>" not in everything and "<img" not in everything and "<tb>" not in everything
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in dash.groups_html
     assert "ok &amp; fine" in dash.groups_html
-    assert "&lt;b&gt;Env&lt;/b&gt;" in dash._header.value
+    assert "&lt;b&gt;Env&lt;/b&gt;" in shown(dash)._header.value
 
 
 def test_long_prompt_is_collapsible() -> None:
@@ -278,25 +285,53 @@ def test_long_prompt_is_collapsible() -> None:
 # ---- throttling, threads --------------------------------------------------------------------
 
 
-def test_throttling_renders_far_fewer_times_and_flush_renders_last_state() -> None:
-    dash = Dashboard(throttle_s=0.3)
+def test_the_training_thread_only_hands_events_over_and_the_renderer_shows_them() -> None:
+    dash = Dashboard(interval_s=0.05)
     dash(started(max_steps=200))
-    base = dash.render_count
+    sent: list[dict] = []
+    dash._curves.send = sent.append  # what goes to the page
+    renders = dash.render_count
     for s in range(1, 201):
-        dash(step_logged(s, max_steps=200))
-    assert dash.render_count - base < 20
+        dash(step_logged(s, max_steps=200))  # no flush: nothing is rendered by the caller
+    deadline = time.monotonic() + 60
+    while "step 200/200" not in dash._progress_text.value and time.monotonic() < deadline:
+        time.sleep(0.05)  # the renderer thread folds the queue by itself
+    assert "step 200/200" in dash._progress_text.value and dash._progress.value == 200
+    assert dash.pending == 0 and dash.render_count - renders < 200
+    rows = [x for m in sent for x in m["x"]]
+    assert sorted(set(rows)) == list(range(1, 201))  # every step reached the page, in a few messages
+    assert dash.points_sent == 200 and dash.curve_updates == len(sent) < 200
+
+
+def test_a_page_that_never_answers_makes_nobody_wait() -> None:
+    """A send stuck for good (a browser far away) holds up the renderer thread, never the training thread."""
+    dash = Dashboard(interval_s=0.01)
+    dash(started(max_steps=100))
+    stuck, release = threading.Event(), threading.Event()
+
+    def send(msg: dict) -> None:
+        stuck.set()
+        release.wait()
+
+    dash._curves.send = send
+    dash(step_logged(1, max_steps=100))
+    assert stuck.wait(60)  # the renderer is inside a send that does not return
+    for s in range(2, 101):
+        dash(step_logged(s, max_steps=100))  # each returns at once: handed over, not rendered
+    assert dash.pending == 99
+    dash(RunFinished(status="completed", steps=100))  # the end waits a bounded while, then leaves it to the renderer
+    release.set()
+    assert dash.step == 100 and dash.status_text == "completed"
     dash.flush()
-    assert dash.step == 200
-    assert dash._progress.value == 200
-    assert "step 200/200" in dash._progress_text.value
+    assert dash.points_sent == 100
 
 
 def test_forced_render_on_run_finished() -> None:
-    dash = Dashboard(throttle_s=1e9)
+    dash = Dashboard(interval_s=1e9)
     for event in run_events(5):
         dash(event)
     # no flush: RunFinished renders by itself, with the last state
-    assert dash.status_text == "completed" and "step 5/5" in dash._progress_text.value
+    assert dash.status_text == "completed" and "step 5/5" in shown(dash)._progress_text.value
     assert "completion s5g1c3" in dash.groups_html
     assert dash.reward_png.startswith(PNG)
 
@@ -305,7 +340,7 @@ def test_selection_from_main_thread_while_training_thread_writes(tmp_path: Path)
     stream = EventStream()
     log = RunLog(tmp_path)
     stream.subscribe(log)
-    dash = Dashboard(throttle_s=0.01, max_group_steps=2, run_log=str(tmp_path))
+    dash = Dashboard(interval_s=0.01, max_group_steps=2, run_log=str(tmp_path))
     stream.subscribe(dash)
     events = run_events(60, output_dir=str(tmp_path))
     worker = threading.Thread(target=lambda: [stream.emit(e) for e in events])
@@ -337,7 +372,7 @@ def test_step_selector_reads_old_steps_from_the_run_log(tmp_path: Path) -> None:
     dash = Dashboard(max_group_steps=2, run_log=str(tmp_path))
     _write_run(tmp_path, 6, dash)
     assert sorted(dash.view.groups_mem) == [5, 6]
-    values = [v for _, v in dash._step_select.options]
+    values = [v for _, v in shown(dash)._step_select.options]
     assert values[0] == LATEST and {1, 2, 3, 4, 5, 6} <= set(values)
     dash._step_select.value = 2  # as the user does in the browser
     assert "step 2 · group 0" in dash.groups_html and "completion s2g1c3" in dash.groups_html
@@ -359,7 +394,7 @@ def test_old_step_without_run_log_says_so() -> None:
     dash = Dashboard(max_group_steps=1)
     for event in run_events(3, output_dir="/nonexistent/grpo-run"):
         dash(event)
-    assert [v for _, v in dash._step_select.options] == [LATEST, 3]
+    assert [v for _, v in shown(dash)._step_select.options] == [LATEST, 3]
     dash.select_step(1)
     assert "not in memory" in dash.groups_html
 
@@ -403,7 +438,7 @@ def test_a_resumed_run_continues_the_log_from_its_checkpoint(tmp_path: Path) -> 
     assert "resumed" in dash.groups_html
     assert list(dash.view.steps) == [1.0, 2.0]  # step 3 of the first attempt is gone
     assert dash.view.metrics["reward"][-1] == 0.9
-    assert [v for _, v in dash._step_select.options] == [LATEST, 2, 1]
+    assert [v for _, v in shown(dash)._step_select.options] == [LATEST, 2, 1]
     dash.select_step(1)
     assert "completion s1g0c0" in dash.groups_html
     dash.select_step(3)
@@ -427,7 +462,7 @@ def test_memory_stays_bounded_over_a_long_run(tmp_path: Path) -> None:
     assert dash.step == 10_000
     assert dash.reward_png.startswith(PNG)
     # old steps are not in this run log: the selector only offers what it can show
-    assert [v for _, v in dash._step_select.options] == [LATEST, 10_000, 9_999, 9_998]
+    assert [v for _, v in shown(dash)._step_select.options] == [LATEST, 10_000, 9_999, 9_998]
 
 
 def test_step_selector_is_thinned_for_long_runs(tmp_path: Path) -> None:
@@ -437,7 +472,7 @@ def test_step_selector_is_thinned_for_long_runs(tmp_path: Path) -> None:
         log(group(s, 0, [0.0, 1.0]))
     log.close()
     dash = replay(str(tmp_path))
-    values = [v for _, v in dash._step_select.options]
+    values = [v for _, v in shown(dash)._step_select.options]
     assert len(values) <= 1 + 200 + dash.max_group_steps
     assert values[:3] == [LATEST, 1_000, 999]
     dash.select_step(10)  # any step can still be picked, also one the dropdown does not list

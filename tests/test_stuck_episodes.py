@@ -141,7 +141,7 @@ def test_in_a_real_run_the_abandoned_episode_is_barred_and_counted_on_the_dashbo
 
     def after_step(event) -> None:  # subscribed after the dashboard: it has the step already
         if isinstance(event, StepLogged):
-            headers.append(html.progress_text(shown[0].view))
+            headers.append(html.progress_text(shown[0].folded()))
 
     terminal = io.StringIO()
     try:

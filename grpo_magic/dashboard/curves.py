@@ -1,6 +1,6 @@
 """The curves as a PNG, drawn with matplotlib on Agg: for replays, exports and frontends without widgets.
 
-The live dashboard draws its curves in the page (``chart``: SVG, about a millisecond a redraw); this
+The live dashboard's curves are drawn by the page (``live``: uPlot, fed only new points); this
 picture (~130 ms on a CPU) is drawn only when asked for (``Dashboard.reward_png``, the static
 fallback of a displayed dashboard). Both draw the panels of ``panels.PANELS``. matplotlib's object
 API (never pyplot: no global state, safe from the training thread) renders to PNG bytes;

@@ -1,6 +1,6 @@
 """The curve panels of the dashboard, declared once: what each shows, for both renderers.
 
-The live chart (``chart``: SVG in the page) and the picture (``curves``: a matplotlib PNG, for
+The live chart (``live``: uPlot in the page) and the picture (``curves``: a matplotlib PNG, for
 replays, exports and frontends without widgets) draw the same panels from this table, and the view
 model (``state``) keeps exactly the metrics they name. ``RunView.panels()`` is what a run shows:
 these, the optional ones that have data (TRL's tool metrics), and one line per reward component.

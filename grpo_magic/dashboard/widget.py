@@ -1,16 +1,18 @@
-"""The notebook dashboard: the one object that displays a run, with core ipywidgets.
+"""The notebook dashboard: the one object that displays a run (core ipywidgets, and the curves widget).
 
-It subscribes to the run's event stream, folds each event into a ``RunView`` (``state``) and
-renders that view with the pure builders of ``html``, the live curves of ``chart`` (SVG, with the
-notes of ``notes``) and, when asked, the PNG of ``curves``. It never reaches
-into the trainer (docs/architecture.md, "The dashboard"): everything it shows comes from events,
-so ``replay(output_dir)`` rebuilds the same view from the run log. The training thread is the only
-writer during a run; renders are throttled and batched with ``hold_sync`` so a fast run does not
-flood the browser. Older steps' groups are read back from the run log (``events.RunLogIndex``)
-when the user selects them.
+It subscribes to the run's event stream. The training thread only hands each event over (a deque
+append, microseconds); one renderer thread folds the queue into a ``RunView`` (``state``) a fixed few
+times a second (``interval_s``) and sends what changed: new curve points (``live``: the page draws
+them with uPlot), new or changed group cards (``html``), the header. Nothing waits for the browser:
+a slow or closed page only receives its messages later. It never reaches into the trainer
+(docs/architecture.md, "The dashboard"): everything it shows comes from events, so
+``replay(output_dir)`` rebuilds the same view from the run log. Older steps' groups are read back
+from the run log (``events.RunLogIndex``) when the user selects them (the dropdown, or a click on
+the reward curve). The matplotlib PNG (``curves``) is drawn only when asked for: frontends that show
+no widgets (nbconvert, GitHub), exports, ``replay(static=True)``.
 
-ipywidgets and matplotlib are imported lazily, in ``Dashboard.__init__`` and the plot code, so
-that importing this module (and ``%load_ext grpo_magic``) stays light.
+ipywidgets, anywidget and matplotlib are imported lazily, in ``Dashboard.__init__`` and the plot
+code, so that importing this module (and ``%load_ext grpo_magic``) stays light.
 """
 
 from __future__ import annotations
@@ -20,47 +22,35 @@ import bisect
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..events import (
+    EnvSwapped,
     Event,
     GroupScored,
+    RunFinished,
     RunLogIndex,
     RunStarted,
     StatusChanged,
-    StepLogged,
     read_run_log,
     run_log_path,
 )
 from . import html
-from .chart import LineCache, chart_html
 from .curves import Curves
-from .notes import notes
+from .live import LiveCurves, summary_html
 from .state import RunView
 
 LATEST = -1
 """Dropdown value meaning "follow the latest step" (steps themselves are >= 0)."""
 
 _MAX_STEP_OPTIONS = 200  # the step selector lists at most this many old steps (thinned evenly)
-# The curves follow the steps: they are redrawn (SVG, ``chart``, ~0.3 ms) at a logged step,
-# outside the throttle of the other parts, whenever the whole dashboard's time so far (events,
-# renders and curves) plus one more drawing stays within _CURVES_BUDGET of the time since training
-# started, and at most every _CURVES_MIN_INTERVAL seconds (a browser is not sent more than 50 a
-# second). The curves thus get what the rest of the dashboard leaves of 1%: with 40-50 ms CPU steps
-# about every other step headless, every third in a kernel (sending an update costs as much as
-# drawing it there); bench/run.py measures it (curve_updates_per_step, the dashboard's share).
-_CURVES_BUDGET = 0.01
-_CURVES_MIN_INTERVAL = 0.02
-# The other parts (header, step selector, groups, errors) are redrawn on the throttle, but never so
-# often that they take more than a quarter of that budget: the wait between their renders is at
-# least their last render's cost divided by _RENDER_SHARE (a 1.5 ms render: 0.6 s), up to
-# _MAX_RENDER_WAIT. Without that floor, renders that cost 1-3 ms in a kernel (the widget messages
-# are built and sent from the training thread) ate the whole 1% when steps are 20-30 ms, and the
-# curves stopped following; folding the events takes about another 0.4% of such steps.
-_RENDER_SHARE = _CURVES_BUDGET / 4
-_MAX_RENDER_WAIT = 2.0
-_curves_cost_seen = 0.001  # the last drawing's cost in this process: the next run's first estimate
+RENDER_INTERVAL = 0.25  # seconds between the renderer's folds: a few times a second, whatever the step time
+_IDLE_EXIT = 5.0  # the renderer thread ends after this long without events (the next event starts it again)
+_SLOW_PARTS_S = 1.0  # the step selector, group cards, errors and notes: redrawn at most once a second
+_END_WAIT = 2.0  # the longest the end of a run waits for a render in progress
+_SHOW_AT_ONCE = (RunStarted, StatusChanged, RunFinished, EnvSwapped)  # the renderer wakes for these
 
 
 class Dashboard:
@@ -69,41 +59,38 @@ class Dashboard:
     ``on_stop`` is called by the Stop button (hidden when None, e.g. for a replay).
     ``max_group_steps`` steps of groups stay in memory; older ones come from ``run_log``
     (a run folder or its ``events.jsonl``; defaults to the ``output_dir`` of ``RunStarted``).
+    ``interval_s``: the renderer's fixed wait between folds of the queued events (None: no renderer
+    thread, whoever holds the dashboard calls ``flush``).
     """
 
     def __init__(
         self,
         *,
         on_stop: Callable[[], None] | None = None,
-        throttle_s: float = 0.3,
+        interval_s: float | None = RENDER_INTERVAL,
         max_group_steps: int = 5,
         run_log: str | None = None,
     ) -> None:
         import ipywidgets as widgets
 
         self._on_stop = on_stop
-        self.throttle_s = throttle_s
+        self.interval_s = interval_s
         self.view = RunView(max_group_steps)
         self._run_log_arg = run_log
         self._log_reader: RunLogIndex | None = None
         self._log_cache: tuple[int, list[GroupScored]] | None = None
         self._selected = LATEST
-        self._lock = threading.RLock()
-        self._rendering_enabled = True
-        self._last_render = -math.inf
-        self._last_render_cost = 0.0
-        self._curves_at = -math.inf  # when the curves were last drawn (time.monotonic)
-        self._curves_cost = _curves_cost_seen  # what that drawing cost (seconds)
-        self._curves_clock = time.monotonic()  # the budget's start: training's start, once it starts
-        self.training_busy_seconds = 0.0  # time spent in this dashboard (events, renders, curves) while training
-        self.curve_updates = 0  # how many times the curves were updated (sent to the page)
-        self.curve_seconds = 0.0  # and the time that took, in total
-        self.render_count = 0
-        self.render_seconds = 0.0
-        self.busy_seconds = 0.0  # all the time spent handling events (renders and curves included)
+        self._lock = threading.RLock()  # the view and the widgets: the renderer and the main thread
+        self._queue: deque[Event] = deque()  # events handed over by the training thread, not folded yet
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._thread_lock = threading.Lock()  # starting and ending the renderer thread
+        self.render_count = 0  # renders (folds that sent what changed)
+        self.render_seconds = 0.0  # their time, in the renderer thread (or whoever flushed)
         self._figure: Curves | None = None  # the PNG's figure, built on first use
         self._png: tuple[Any, bytes] = (None, b"")  # (what it shows, the PNG)
-        self._lines = LineCache()  # the curves' lines so far: a redraw formats only the new points
+        self._displays: list[Any] = []  # display handles of a live run, updated when it ends
+        self._slow_at = -math.inf  # when the renderer last drew the slower parts
 
         # Widgets. Each part is re-sent only when its content changed.
         self._header = widgets.HTML()
@@ -120,7 +107,8 @@ class Dashboard:
         if on_stop is None:
             self._stop_button.layout.display = "none"
         self._info = widgets.HTML()
-        self._curves = widgets.HTML(layout=widgets.Layout(width="100%"))
+        self._live = LiveCurves(self._lock, on_select=self.select_step)
+        self._curves = self._live.widget
         self._step_select = widgets.Dropdown(
             options=[("latest", LATEST)],
             value=LATEST,
@@ -151,7 +139,6 @@ class Dashboard:
             (self._progress_text, "grpo-progress-text"),
             (self._stop_button, "grpo-stop"),
             (self._info, "grpo-info"),
-            (self._curves, "grpo-curves"),
             (self._step_select, "grpo-step-select"),
             (self._groups, "grpo-groups-view"),
             (self._errors_box, "grpo-errors"),
@@ -164,62 +151,107 @@ class Dashboard:
     # ---- events -------------------------------------------------------------------------
 
     def __call__(self, event: Event) -> None:
-        """Subscriber: update the view, then render if the throttle allows (or must).
+        """Subscriber: hand the event over to the renderer and return (the training thread waits for nothing).
 
-        The wait between renders is ``throttle_s``, or longer when the last render was costly
-        (see ``_RENDER_SHARE``): the other parts keep within a quarter of the dashboard's 1%, and the
-        curves, drawn at logged steps in between, get what is left.
+        The end of a run (``RunFinished``) is folded and rendered at once, in the caller's thread, so
+        that what the page and ``run.dashboard`` show when ``train`` returns is the whole run (unless
+        a render is stuck sending for more than ``_END_WAIT``: then the renderer shows it later).
         """
-        t0 = time.perf_counter()
-        with self._lock:
-            try:
-                self._handle(event)
+        self._queue.append(event)  # deque.append is atomic: no lock on the training thread
+        if isinstance(event, RunFinished) and self._lock.acquire(timeout=_END_WAIT):
+            try:  # the end of a run, rendered here unless a render is stuck (then the renderer does it)
+                self.flush()
+                self._update_displays()
             finally:
-                cost = time.perf_counter() - t0
-                self.busy_seconds += cost
-                if self.view.t_train is not None and self.view.finished is None:  # the budget's time: training's
-                    self.training_busy_seconds += cost
-
-    def _handle(self, event: Event) -> None:
-        """Fold one event into the view and render what is due (under the lock)."""
-        training_starts = isinstance(event, StatusChanged) and event.status == "training" and not self.view.t_train
-        force = self.view.apply(event)
-        if isinstance(event, RunStarted):
-            self._log_cache = None
-            self._log_reader = None
-            self._rendered.clear()
-        elif training_starts:
-            self._curves_clock = time.monotonic()  # the budget counts training time
-            self.training_busy_seconds = 0.0
-        if not self._rendering_enabled:
+                self._lock.release()
             return
-        wait = max(self.throttle_s, min(self._last_render_cost / _RENDER_SHARE, _MAX_RENDER_WAIT))
-        if force or time.monotonic() - self._last_render >= wait:
-            self._render(full=force)
-        elif isinstance(event, StepLogged):
-            self._render_curves(False)  # the curves follow the steps, not the throttle
+        if isinstance(event, _SHOW_AT_ONCE):
+            self._wake.set()
+        if self._thread is None and self.interval_s is not None:
+            self._start_renderer()
+
+    def _start_renderer(self) -> None:
+        with self._thread_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._renderer, name="grpo-dashboard", daemon=True)
+                self._thread.start()
+
+    def _renderer(self) -> None:
+        """Fold the queue and send the changes every ``interval_s`` (sooner for a status change)."""
+        idle = 0.0
+        while True:
+            self._wake.wait(self.interval_s or RENDER_INTERVAL)
+            self._wake.clear()
+            if self._queue:
+                idle = 0.0
+                try:
+                    self._turn()
+                except Exception:  # noqa: BLE001 - a display error must not end the renderer (or the run)
+                    import traceback
+
+                    traceback.print_exc()
+            else:
+                idle += self.interval_s or RENDER_INTERVAL
+            with self._thread_lock:  # an event appended before this check is seen; one after starts a new thread
+                if not self._queue and (idle >= _IDLE_EXIT or self.view.finished is not None):
+                    self._thread = None
+                    return
+
+    def _drain(self) -> bool:
+        """Fold the queued events into the view (under the lock); True when one must show at once."""
+        force = False
+        while self._queue:
+            event = self._queue.popleft()
+            force = self.view.apply(event) or force
+            if isinstance(event, RunStarted):
+                self._log_cache = None
+                self._log_reader = None
+                self._rendered.clear()
+        return force
 
     def feed(self, events: Iterable[Event]) -> None:
-        """Fold many events without rendering in between, then render once (a replay)."""
+        """Fold many events, then render once (a replay, or a resumed run's history)."""
         with self._lock:
-            self._rendering_enabled = False
-            try:
-                for event in events:
-                    self(event)
-            finally:
-                self._rendering_enabled = True
-            self._render(full=True)
+            self._drain()
+            for event in events:
+                self.view.apply(event)
+                if isinstance(event, RunStarted):
+                    self._log_cache = None
+                    self._log_reader = None
+            self._render()
+
+    @property
+    def pending(self) -> int:
+        """Events handed over and not folded yet (the renderer takes them at its next turn)."""
+        return len(self._queue)
+
+    @property
+    def curve_updates(self) -> int:
+        """How many messages brought new curve points to the page."""
+        return self._live.feed.updates
+
+    @property
+    def points_sent(self) -> int:
+        """Logged steps sent to the page (each once; the page holds exactly the run's logged steps)."""
+        return self._live.feed.points
 
     # ---- read-only views ----------------------------------------------------------------
 
+    def folded(self) -> RunView:
+        """The view with every event handed over so far folded in (``view`` itself is the renderer's,
+        a turn behind the events)."""
+        with self._lock:
+            self._drain()
+            return self.view
+
     @property
     def step(self) -> int:
-        return self.view.step
+        return self.folded().step
 
     @property
     def status_text(self) -> str:
         """The status as the header shows it, e.g. ``training``, ``stopping...``, ``failed: <reason>``."""
-        return self.view.status_text
+        return self.folded().status_text
 
     @property
     def max_group_steps(self) -> int:
@@ -229,7 +261,7 @@ class Dashboard:
     def reward_png(self) -> bytes:
         """The curves as a PNG (matplotlib), drawn now if they changed since the last one; b"" with no data."""
         with self._lock:
-            view = self.view
+            view = self.folded()
             if not view.steps and not view.range_steps:
                 return b""
             key = (view.curves_version, view.range_version)
@@ -245,11 +277,20 @@ class Dashboard:
 
     @property
     def curves_html(self) -> str:
-        """The live curves as the page has them: SVG panels, with their notes."""
-        return str(self._curves.value)
+        """The curves in words (each panel's title, latest values and note): what the page draws, as text."""
+        return summary_html(self.folded())
+
+    @property
+    def curves_sent(self) -> dict[str, Any]:
+        """What the page has been sent of the curves: the panels, and the rows (what a reset would send)."""
+        self.flush()
+        with self._lock:
+            return {"spec": list(self._curves.spec), "notes": dict(self._curves.notes),
+                    "rows": self._live.feed.rows}
 
     @property
     def groups_html(self) -> str:
+        self.flush()
         return self._rendered.get("groups_html", "")
 
     @property
@@ -267,14 +308,31 @@ class Dashboard:
 
     def groups_in_memory(self) -> int:
         """How many groups are held in memory (the rest are in the run log)."""
-        return self.view.groups_in_memory()
+        return self.folded().groups_in_memory()
 
     # ---- display ------------------------------------------------------------------------
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        display(self._repr_mimebundle_(), raw=True)
+        handle = display(self._repr_mimebundle_(), raw=True, display_id=True)
+        if handle is not None and self.view.finished is None:
+            self._displays.append(handle)  # updated at the end of the run: the saved notebook gets the PNG
+
+    def _update_displays(self) -> None:
+        """At the end of a blocking run, give each of its displays the final bundle (widget and PNG), so that
+        a notebook executed by nbconvert/nbclient, or saved and opened on GitHub, shows the whole run."""
+        handles, self._displays = self._displays, []
+        if not handles or threading.current_thread() is not threading.main_thread():
+            # A background run (``--run``): its cell is long done, so nbconvert has saved it already, and a
+            # re-created view in a live page would stay empty until the busy kernel answers its hello.
+            return
+        bundle = self._repr_mimebundle_()
+        for handle in handles:
+            try:
+                handle.update(bundle, raw=True)
+            except Exception:  # noqa: BLE001 - a closed frontend: nothing to update
+                pass
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         """The widget, and for frontends that show no widgets (a saved notebook on GitHub, nbconvert) the
@@ -309,23 +367,33 @@ class Dashboard:
     # ---- rendering ----------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Render the current state now (the end of a run, a replay, a test)."""
+        """Fold what was handed over and render all of it now (the end of a run, a replay, a test)."""
         with self._lock:
-            self._render(full=True)
+            self._drain()
+            self._render()
 
-    def _render(self, full: bool = True) -> None:
-        """Send what changed since the last render; ``full`` also redraws curves for new groups only."""
-        t0, curves0 = time.perf_counter(), self.curve_seconds
+    def _turn(self) -> None:
+        """The renderer's turn: the header and the curves' new points every time; the step selector, the
+        group cards, the errors and the notes at most every ``_SLOW_PARTS_S`` (or at once for a status)."""
+        with self._lock:
+            force = self._drain()
+            now = time.monotonic()
+            every = force or now - self._slow_at >= _SLOW_PARTS_S
+            if every:
+                self._slow_at = now
+            self._render(every)
+
+    def _render(self, every: bool = True) -> None:
+        """Send what changed since the last render: header, curve points, and (``every``) the slower parts."""
+        t0 = time.perf_counter()
         self._render_header()
-        self._render_curves(full)
-        self._render_select()
-        self._render_groups()
-        self._render_errors()
-        self._last_render = time.monotonic()
-        cost = time.perf_counter() - t0
-        self._last_render_cost = cost - (self.curve_seconds - curves0)  # the curves have their own account
+        self._live.update(self.view, notes=every)
+        if every:
+            self._render_select()
+            self._render_groups()
+            self._render_errors()
         self.render_count += 1
-        self.render_seconds += cost
+        self.render_seconds += time.perf_counter() - t0
 
     def _set_once(self, key: str, value: Any, setter: Callable[[Any], None]) -> None:
         if self._rendered.get(key) != value:
@@ -357,35 +425,6 @@ class Dashboard:
                     self._stop_button.description = "Stop"
 
             self._set_once("button", "done", done)
-
-    def _render_curves(self, full: bool) -> None:
-        """Redraw the live curves if a step came in, within the time budget (``full``: now, whatever it says)."""
-        global _curves_cost_seen
-        view = self.view
-        if not view.steps and not view.range_steps:
-            return
-        drawn = self._rendered.get("curves_version")
-        if drawn == (view.curves_version, view.range_version):
-            return
-        if not full:
-            if drawn is not None and drawn[0] == view.curves_version:
-                return  # only group min/max moved: wait for the step's metrics
-            now = time.monotonic()
-            if now - self._curves_at < _CURVES_MIN_INTERVAL:
-                return
-            if self.training_busy_seconds + self._curves_cost > _CURVES_BUDGET * (now - self._curves_clock):
-                return  # drawn at a later step, once the budget allows (or by a forced render)
-        self._rendered["curves_version"] = (view.curves_version, view.range_version)
-        t0 = time.perf_counter()
-        content = chart_html(view, notes(view), cache=self._lines)
-        if self._rendered.get("curves_html") != content:
-            self._rendered["curves_html"] = content
-            self._curves.value = content
-            self.curve_updates += 1
-        cost = time.perf_counter() - t0
-        self._curves_cost = _curves_cost_seen = cost
-        self.curve_seconds += cost
-        self._curves_at = time.monotonic()
 
     def _available_steps(self) -> list[int]:
         """Steps whose groups can be shown: in memory, or older ones when the run log is there."""
@@ -473,12 +512,17 @@ class Dashboard:
         self._errors_box.set_title(0, f"Episode errors ({self.view.error_total})")
 
 
-def replay(output_dir: str) -> Dashboard:
+def replay(output_dir: str, static: bool = False) -> Any:
     """A dashboard rebuilt from a run's log: the log is read as data, nothing in it is executed.
 
     A line that is not an event (cut short by a kill mid-write, damaged) is skipped and named in a
-    note under the header; the rest of the run shows as usual.
+    note under the header; the rest of the run shows as usual. ``static``: only the curves' PNG (an
+    ``IPython.display.Image``), for a frontend that shows no widgets or a report.
     """
     dash = Dashboard(run_log=str(output_dir))
     dash.feed(read_run_log(output_dir, skipped=dash.view.notes))
+    if static:
+        from IPython.display import Image
+
+        return Image(data=dash.reward_png, format="png")
     return dash
