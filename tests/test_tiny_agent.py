@@ -1,0 +1,187 @@
+"""``tiny-agent`` v2 (a general tool caller) and ``%grpo_check``'s account of agent episodes without a tool call.
+
+The envs come from tests/agent_cells.py: ``%%grpo_env`` cells whose tool and argument names the corpus
+never uses (``tiny_agent.HELD_OUT_*``).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import typing
+from pathlib import Path
+
+import pytest
+
+from grpo_magic.models import tiny_agent
+from tests.agent_cells import CELLS
+
+
+def _names(corpus: list[dict]) -> tuple[set[str], set[str]]:
+    tools, args = set(), set()
+    for chat in corpus:
+        for schema in chat["tools"]:
+            tools.add(schema["function"]["name"])
+            args |= set(schema["function"]["parameters"]["properties"])
+    return tools, args
+
+
+def test_the_corpus_is_seeded_varied_and_never_uses_the_held_out_names() -> None:
+    from grpo_magic.models.warmstart import corpus_digest
+
+    corpus = tiny_agent.tool_use_corpus(0)
+    assert corpus_digest(corpus) == corpus_digest(tiny_agent.tool_use_corpus(0))
+    assert corpus_digest(corpus) != corpus_digest(tiny_agent.tool_use_corpus(1))
+    tools, args = _names(corpus)
+    words = {w for name in tools for w in name.split("_")}
+    assert not words & (set(tiny_agent.HELD_OUT_VERBS) | set(tiny_agent.HELD_OUT_NOUNS))
+    assert not args & set(tiny_agent.HELD_OUT_ARGS)
+    assert len(tools) > 500 and len(args) == len(tiny_agent.ARGS)  # names drawn, not remembered
+    offered = collections.Counter(len(c["tools"]) for c in corpus)
+    assert set(offered) == set(tiny_agent.TOOL_COUNTS)
+    types = collections.Counter(p.get("enum") and "enum" or p["type"] for c in corpus for s in c["tools"]
+                                for p in s["function"]["parameters"]["properties"].values())
+    assert set(types) == {"integer", "number", "boolean", "string", "enum"}
+    calls = collections.Counter(sum(1 for m in c["messages"] if m.get("tool_calls")) for c in corpus)
+    assert calls[0] and calls[1] and calls[2]  # answered directly, one call, two calls in a row
+    for chat in corpus:  # every value of the request's call is in the request; chains pass the result on
+        if chat["expected"] is None:
+            continue
+        request = chat["messages"][0]["content"]
+        assert chat["expected"]["name"] in request
+        for key, value in chat["expected"]["arguments"].items():
+            assert f"{key} {json.dumps(value) if isinstance(value, bool) else value}" in request
+        steps = [m for m in chat["messages"] if m.get("tool_calls")]
+        if len(steps) == 2:
+            (second,) = steps[1]["tool_calls"][0]["function"]["arguments"].values()
+            assert str(second) == chat["messages"][2]["content"]
+
+
+def test_the_corpus_schemas_are_what_trl_derives_from_type_hints() -> None:
+    """Each schema equals transformers' ``get_json_schema`` of a method with those hints and that docstring."""
+    from transformers.utils import get_json_schema
+
+    hints = {"integer": int, "number": float, "boolean": bool, "string": str}
+    seen = 0
+    for chat in tiny_agent.tool_use_corpus(0, size=200):
+        for schema in chat["tools"]:
+            fn = schema["function"]
+            props = fn["parameters"]["properties"]
+            doc = fn["description"] + ("\n\nArgs:\n" + "".join(f"    {k}: {p['description']}\n" for k, p in props.items())
+                                       if props else "")
+
+            annotations = {k: typing.Literal[tuple(p["enum"])] if "enum" in p else hints[p["type"]]
+                           for k, p in props.items()}
+            namespace: dict = {}
+            exec(f"def {fn['name']}({', '.join(props)}) -> str:\n    pass", namespace)  # noqa: S102 - a test's own code
+            method = namespace[fn["name"]]
+            method.__doc__, method.__annotations__ = doc, {**annotations, "return": str}
+            assert get_json_schema(method) == schema
+            seen += 1
+    assert seen > 300
+
+
+def test_fits_schema_checks_types_and_enums() -> None:
+    schema = tiny_agent._schema("t", "T.", [("a", "integer", None), ("s", "enum", ["x", "y"])])
+    assert tiny_agent.fits_schema({"a": 3, "s": "x"}, schema)
+    assert not tiny_agent.fits_schema({"a": "3", "s": "x"}, schema)
+    assert not tiny_agent.fits_schema({"a": 3, "s": "z"}, schema)
+    assert not tiny_agent.fits_schema({"a": True, "s": "x"}, schema)
+    assert not tiny_agent.fits_schema({"a": 3}, schema)
+    assert tiny_agent.parse_call('<tool_call>\n{"name": "t", "arguments": {"a": 1}}\n</tool_call>') == {
+        "name": "t", "arguments": {"a": 1}}
+    assert tiny_agent.parse_call('<tool_call>\n{"name": "t", "arguments": {"a": }\n</tool_call>') is None
+
+
+# ---------------------------------------------------------------- the check's account of what the model did
+
+
+def _offered_typed(report, cell: str) -> float:
+    """Share of the check's episodes whose first call parsed, named an offered tool, with arguments of its types."""
+    from grpo_magic import registered_envs
+
+    spec = registered_envs()[cell]
+    from grpo_magic.agent import tool_schemas
+
+    schemas = {s["function"]["name"]: s for s in tool_schemas(spec.cls, list(_tools_of(spec.cls)))}
+    hits = total = 0
+    for group in report.groups:
+        for turns in group["transcripts"]:
+            total += 1
+            calls = [c for t in turns for c in t.get("tool_calls") or []]
+            if calls and calls[0]["name"] in schemas and tiny_agent.fits_schema(calls[0]["arguments"],
+                                                                                 schemas[calls[0]["name"]]):
+                hits += 1
+    return hits / total
+
+
+def _tools_of(cls) -> list[str]:
+    from grpo_magic.agent import tool_names
+
+    return tool_names(cls)
+
+
+CHECK = "--samples 4 --rl-num-generations 4 --rl-max-new-tokens 64"
+
+
+@pytest.mark.parametrize("cell", ["WeighParcel", "ReserveHarbor", "PaintGarden"])
+def test_tiny_agent_calls_tools_it_has_never_seen_with_arguments_of_their_types(shell, cell: str) -> None:
+    shell.run_cell_magic("grpo_env", "", CELLS[cell])
+    report = shell.run_line_magic("grpo_check", f"{cell} --model tiny-agent {CHECK}")
+    share = _offered_typed(report, cell)
+    print(cell, "offered, typed calls:", share, report.agent)
+    assert share >= 0.5, str(report)
+    assert report.agent["offered_call_share"] >= 0.5
+    assert not any("no episode called an offered tool" in w for w in report.warnings)
+
+
+def test_a_two_step_env_gets_episodes_with_both_calls_right_in_order(shell) -> None:
+    shell.run_cell_magic("grpo_env", "", CELLS["GuessThenEncode"])
+    report = shell.run_line_magic("grpo_check", "GuessThenEncode --model tiny-agent --samples 4 "
+                                                "--rl-num-generations 8 --rl-max-new-tokens 96")
+    scores = [s for g in report.scores for s in g]
+    print("two-step scores:", scores)
+    assert scores.count(1.0) >= 1  # guess_secret(pet), then encode_grade(its result)
+    both = [t for g in report.groups for t in g["transcripts"]
+            if [c["name"] for turn in t for c in turn.get("tool_calls") or []][:2] == ["guess_secret", "encode_grade"]]
+    assert both and all(not turn.get("error") for t in both for turn in t if turn["role"] == "tool")
+
+
+def test_the_check_says_why_tiny_never_calls_a_tool(shell) -> None:
+    shell.run_cell_magic("grpo_env", "", CELLS["WeighParcel"])
+    report = shell.run_line_magic("grpo_check", f"WeighParcel --model tiny {CHECK}")
+    (why,) = [w for w in report.warnings if w.startswith("no episode called an offered tool")]
+    assert "(weigh_parcel) in 16 episodes" in why and "wrote text only" in why
+    assert "--model tiny-agent offline" in why and "Qwen/Qwen2.5-0.5B-Instruct on a GPU" in why
+    assert why in str(report) and report.agent["offered_call_share"] == 0
+
+
+NOT_OFFERED = CELLS["WeighParcel"].replace("Use the weigh_parcel tool with grams", "Use the get_weather tool with city")
+
+
+def test_calls_to_tools_not_offered_are_named_in_the_check_the_metrics_and_the_card(shell, tmp_path: Path) -> None:
+    """The request names a tool the env does not have: tiny-agent calls it, TRL answers "not found"."""
+    from grpo_magic import GRPOParams, train
+    from grpo_magic.dashboard.html import transcript_html
+
+    shell.run_cell_magic("grpo_env", "", NOT_OFFERED)
+    report = shell.run_line_magic("grpo_check", f"WeighParcel --model tiny-agent {CHECK}")
+    agent = report.agent
+    assert agent["not_offered_calls"] >= 8 and "get_weather" in agent["not_offered_names"], agent
+    assert agent["not_offered_error"] == "{'error': 'Tool get_weather not found.'}"
+    text = str(report)
+    assert "calls to tools not offered (get_weather" in text and "Tool get_weather not found." in text
+    if agent["offered_call_share"] == 0:
+        (why,) = [w for w in report.warnings if w.startswith("no episode called an offered tool")]
+        assert "called tools that were not offered (get_weather" in why
+
+    env = shell.user_ns["WeighParcel"]()
+    params = GRPOParams(model="tiny-agent", max_steps=1, batch_size=8, rl_num_generations=4, rl_max_new_tokens=64,
+                        project_name=str(tmp_path / "not-offered"))
+    run = train(params, env, display=False)
+    assert run.status == "completed", run.reason
+    assert run.history[-1]["env/tool_not_offered"] > 0
+    turns = [t for g in run.groups for t in g["transcripts"] if any(m.get("not_offered") for m in t)]
+    assert turns
+    card = transcript_html(turns[0])
+    assert "to tools not offered" in card and "was not offered" in card and "Tool get_weather not found." in card
