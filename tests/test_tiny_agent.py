@@ -185,3 +185,44 @@ def test_calls_to_tools_not_offered_are_named_in_the_check_the_metrics_and_the_c
     assert turns
     card = transcript_html(turns[0])
     assert "to tools not offered" in card and "was not offered" in card and "Tool get_weather not found." in card
+
+
+def test_the_account_of_episodes_without_an_offered_call_from_their_transcripts() -> None:
+    """TRL's own answers (a tool not found, a call kept as text) become the figures and the sentence."""
+    from grpo_magic.agent import ToolCall, transcript
+    from grpo_magic.check_agent import agent_stats, why_no_tool_call
+    from grpo_magic.dashboard.html import transcript_html
+
+    def call(name: str, **arguments):
+        return {"role": "assistant", "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]}
+
+    not_found = "{'error': 'Tool get_time not found.'}"
+    episodes = [
+        transcript([call("get_time", city="Oslo"), {"role": "tool", "name": "get_time", "content": not_found},
+                    {"role": "assistant", "content": "It is late."}], [], offered=["add"]),
+        transcript([call("get_time", city="Lima"), {"role": "tool", "name": "get_time", "content": not_found}],
+                   [], offered=["add"]),
+        transcript([{"role": "assistant", "content": '<tool_call>\n{"name": "add", "arguments": {"a": }\n</tool_call>'}],
+                   [], offered=["add"]),
+        transcript([{"role": "assistant", "content": "Seven."}], [], offered=["add"]),
+    ]
+    assert episodes[0][1]["not_offered"] and episodes[0][1]["error"] == not_found
+    stats = agent_stats(episodes)
+    assert stats["offered_call_share"] == 0 and stats["not_offered_calls"] == 2
+    assert stats["not_offered_names"] == {"get_time": 2} and stats["not_offered_error"] == not_found
+    assert stats["unparsed_calls"] == 1 and stats["text_only"] == 1
+    why = why_no_tool_call(stats, ["add"])
+    assert why == (
+        "no episode called an offered tool (add) in 4 episodes: 1 wrote text only; 2 called tools that were not "
+        f"offered (get_time x2; TRL answered {not_found}); 1 wrote a tool call that did not parse; GRPO can only "
+        "reinforce calls the model already makes, so use a model whose chat template and training know tool calls "
+        "(e.g. --model tiny-agent offline, Qwen/Qwen2.5-0.5B-Instruct on a GPU) or warm it up with supervised "
+        "examples of tool calls.")
+    card = transcript_html(episodes[0])
+    assert "1 to tools not offered" in card and "was not offered" in card and "Tool get_time not found." in card
+
+    ran = transcript([call("add", a=1, b=2), {"role": "tool", "name": "add", "content": "3"}],
+                     [ToolCall("add", {"a": 1, "b": 2})], offered=["add"])
+    assert "not_offered" not in ran[1] and why_no_tool_call(agent_stats([ran, *episodes]), ["add"]) is None
+    assert "not offered" not in transcript_html(ran)
