@@ -264,7 +264,7 @@ def check_env(
         n = params.rl_num_generations
         for gi, group in enumerate(report.groups):
             group["transcripts"] = episodes.transcripts[gi * n:(gi + 1) * n]
-        why = why_no_tool_call(agent, prepared.agent.tool_names)
+        why = why_no_tool_call(agent, prepared.agent.tool_names, params.model or "")
         if why is not None:
             report.warnings.append(why)
     return report

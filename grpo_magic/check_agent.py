@@ -135,20 +135,29 @@ def agent_stats(transcripts: list[list[dict[str, Any]]]) -> dict[str, Any]:
     }
 
 
-def why_no_tool_call(stats: dict[str, Any], offered: list[str]) -> str | None:
+def why_no_tool_call(stats: dict[str, Any], offered: list[str], model: str = "") -> str | None:
     """One sentence when no sampled episode called an offered tool: what the model did instead, and what to try."""
     if stats["offered_call_share"] > 0:
         return None
     did = []
     if stats["text_only"]:
-        did.append(f"{int(stats['text_only'])} wrote text only")
+        did.append(f"{_count(stats['text_only'], 'episode')} wrote text only")
     if stats["not_offered_calls"]:
         names = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in stats["not_offered_names"].items())
-        did.append(f"{int(stats['not_offered_calls'])} called tools that were not offered ({names}; TRL answered "
-                   f"{stats['not_offered_error']})")
+        did.append(f"{_count(stats['not_offered_calls'], 'call')} went to tools that were not offered ({names}; TRL "
+                   f"answered {stats['not_offered_error']})")
     if stats["unparsed_calls"]:
-        did.append(f"{int(stats['unparsed_calls'])} wrote a tool call that did not parse")
+        did.append(f"{_count(stats['unparsed_calls'], 'tool call')} did not parse")
+    if model == "tiny-agent":  # the offline tool model knows its corpus's tools only
+        fix = ("tiny-agent knows only get_weather and get_time (envs/weather_agent.py), so use a model whose chat "
+               "template and training know tool calls in general (e.g. Qwen/Qwen2.5-0.5B-Instruct on a GPU)")
+    else:
+        fix = ("use a model whose chat template and training know tool calls (e.g. --model tiny-agent offline, "
+               "Qwen/Qwen2.5-0.5B-Instruct on a GPU)")
     return (f"no episode called an offered tool ({', '.join(offered)}) in {int(stats['episodes'])} episodes: "
-            f"{'; '.join(did) or 'none wrote anything'}; GRPO can only reinforce calls the model already makes, so use a "
-            "model whose chat template and training know tool calls (e.g. --model tiny-agent offline, "
-            "Qwen/Qwen2.5-0.5B-Instruct on a GPU) or warm it up with supervised examples of tool calls.")
+            f"{'; '.join(did) or 'none wrote anything'}; GRPO can only reinforce calls the model already makes, so "
+            f"{fix} or warm it up with supervised examples of tool calls.")
+
+
+def _count(n: float, noun: str) -> str:
+    return f"{int(n)} {noun}{'' if int(n) == 1 else 's'}"

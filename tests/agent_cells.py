@@ -1,9 +1,9 @@
-"""``%%grpo_env`` cells of agent envs whose tool and argument names ``tiny-agent`` has never seen.
+"""``%%grpo_env`` cells of agent envs whose tool and argument names no offline model has seen.
 
-Every name comes from ``tiny_agent.HELD_OUT_*`` (lists its corpus never uses), so a call to these tools
-shows that the model read the schema in its prompt. Each cell is what a user would type; the requests
-use the phrasing of ``tiny_agent.tool_request`` ("Use the weigh_parcel tool with grams 42.").
-tests/test_tiny_agent.py, bench/agent_cpu.py and notebooks/05_agent_on_cpu.ipynb run them.
+Every name comes from ``models.tool_corpus.HELD_OUT_*`` (lists its corpus never uses), so a right call to
+these tools shows that a model read the schema in its prompt. Each cell is what a user would type; the
+requests use the corpus's phrasing (``tool_corpus.tool_request``: "Use the weigh_parcel tool with grams 42.").
+tests/test_tool_calls.py and bench/agent_cpu.py run them.
 """
 
 from __future__ import annotations
@@ -186,6 +186,73 @@ class BakeRotateBorrow:
         return _right(tool_calls, tool, {arg: value})
 '''
 
+#: Envs for tiny-agent, which knows get_weather and get_time only: this one offers get_weather alone and
+#: asks for the time half of the time (tiny-agent then calls get_time, a tool not offered).
+ONLY_WEATHER = '''
+import random
+
+from datasets import Dataset
+
+
+class OnlyWeather:
+    """Offers get_weather only; half of the questions ask for the time."""
+
+    def build_dataset(self, tokenizer=None):
+        rng = random.Random(0)
+        cities = [rng.choice(["Paris", "Oslo", "Lima", "Rome"]) for _ in range(16)]
+        return Dataset.from_dict({"prompt": [[{"role": "user", "content": f"What time is it in {c}?" if i % 2 else
+                                               f"What is the weather in {c}?"}] for i, c in enumerate(cities)],
+                                  "city": cities})
+
+    def reset(self, **row):
+        self.calls = []
+
+    def get_weather(self, city: str) -> str:
+        """Get today's weather in a city.
+
+        Args:
+            city: The city name.
+        """
+        self.calls.append(city)
+        return f"sunny in {city}"
+
+    def score_episode(self, model, tokenizer, completion, city):
+        return 1.0 if city in self.calls else 0.0
+'''
+
+#: A tool tiny-agent has never seen, asked with its own questions: it calls tools that are not offered.
+FORECAST = '''
+import random
+
+from datasets import Dataset
+
+
+class Forecast:
+    """Offers get_forecast, a tool tiny-agent has never seen, for weather and time questions."""
+
+    def build_dataset(self, tokenizer=None):
+        rng = random.Random(0)
+        cities = [rng.choice(["Paris", "Oslo", "Lima", "Rome"]) for _ in range(16)]
+        return Dataset.from_dict({"prompt": [[{"role": "user", "content": f"What time is it in {c}?" if i % 2 else
+                                               f"What is the weather in {c}?"}] for i, c in enumerate(cities)],
+                                  "city": cities})
+
+    def reset(self, **row):
+        self.calls = []
+
+    def get_forecast(self, city: str) -> str:
+        """Get the forecast of a city.
+
+        Args:
+            city: The city name.
+        """
+        self.calls.append(city)
+        return f"sunny in {city}"
+
+    def score_episode(self, model, tokenizer, completion, city):
+        return 1.0 if city in self.calls else 0.0
+'''
+
 #: The cells above by env class name.
 CELLS = {"WeighParcel": ONE_INT, "ReserveHarbor": TWO_ARGS, "PaintGarden": ENUM, "GuessThenEncode": TWO_STEP,
-         "BakeRotateBorrow": DISTRACTORS}
+         "BakeRotateBorrow": DISTRACTORS, "OnlyWeather": ONLY_WEATHER, "Forecast": FORECAST}

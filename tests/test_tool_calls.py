@@ -1,7 +1,7 @@
-"""``tiny-agent`` v2 (a general tool caller) and ``%grpo_check``'s account of agent episodes without a tool call.
+"""``%grpo_check``'s account of agent episodes without a call to an offered tool, and the tool-use corpus.
 
 The envs come from tests/agent_cells.py: ``%%grpo_env`` cells whose tool and argument names the corpus
-never uses (``tiny_agent.HELD_OUT_*``).
+(models/tool_corpus.py) never uses (``HELD_OUT_*``).
 """
 
 from __future__ import annotations
@@ -11,9 +11,7 @@ import json
 import typing
 from pathlib import Path
 
-import pytest
-
-from grpo_magic.models import tiny_agent
+from grpo_magic.models import tool_corpus as tiny_agent
 from tests.agent_cells import CELLS
 
 
@@ -45,7 +43,7 @@ def test_the_corpus_is_seeded_varied_and_never_uses_the_held_out_names() -> None
     calls = collections.Counter(sum(1 for m in c["messages"] if m.get("tool_calls")) for c in corpus)
     assert calls[0] and calls[1] and calls[2]  # answered directly, one call, two calls in a row
     for chat in corpus:  # every value of the request's call is in the request; chains pass the result on
-        if chat["expected"] is None:
+        if chat["expected"] is None or chat["tools"] == tiny_agent.agent_tools():  # no call; v1's weather questions
             continue
         request = chat["messages"][0]["content"]
         assert chat["expected"]["name"] in request
@@ -96,95 +94,55 @@ def test_fits_schema_checks_types_and_enums() -> None:
 # ---------------------------------------------------------------- the check's account of what the model did
 
 
-def _offered_typed(report, cell: str) -> float:
-    """Share of the check's episodes whose first call parsed, named an offered tool, with arguments of its types."""
-    from grpo_magic import registered_envs
-
-    spec = registered_envs()[cell]
-    from grpo_magic.agent import tool_schemas
-
-    schemas = {s["function"]["name"]: s for s in tool_schemas(spec.cls, list(_tools_of(spec.cls)))}
-    hits = total = 0
-    for group in report.groups:
-        for turns in group["transcripts"]:
-            total += 1
-            calls = [c for t in turns for c in t.get("tool_calls") or []]
-            if calls and calls[0]["name"] in schemas and tiny_agent.fits_schema(calls[0]["arguments"],
-                                                                                 schemas[calls[0]["name"]]):
-                hits += 1
-    return hits / total
-
-
-def _tools_of(cls) -> list[str]:
-    from grpo_magic.agent import tool_names
-
-    return tool_names(cls)
-
-
 CHECK = "--samples 4 --rl-num-generations 4 --rl-max-new-tokens 64"
-
-
-@pytest.mark.parametrize("cell", ["WeighParcel", "ReserveHarbor", "PaintGarden"])
-def test_tiny_agent_calls_tools_it_has_never_seen_with_arguments_of_their_types(shell, cell: str) -> None:
-    shell.run_cell_magic("grpo_env", "", CELLS[cell])
-    report = shell.run_line_magic("grpo_check", f"{cell} --model tiny-agent {CHECK}")
-    share = _offered_typed(report, cell)
-    print(cell, "offered, typed calls:", share, report.agent)
-    assert share >= 0.5, str(report)
-    assert report.agent["offered_call_share"] >= 0.5
-    assert not any("no episode called an offered tool" in w for w in report.warnings)
-
-
-def test_a_two_step_env_gets_episodes_with_both_calls_right_in_order(shell) -> None:
-    shell.run_cell_magic("grpo_env", "", CELLS["GuessThenEncode"])
-    report = shell.run_line_magic("grpo_check", "GuessThenEncode --model tiny-agent --samples 4 "
-                                                "--rl-num-generations 8 --rl-max-new-tokens 96")
-    scores = [s for g in report.scores for s in g]
-    print("two-step scores:", scores)
-    assert scores.count(1.0) >= 1  # guess_secret(pet), then encode_grade(its result)
-    both = [t for g in report.groups for t in g["transcripts"]
-            if [c["name"] for turn in t for c in turn.get("tool_calls") or []][:2] == ["guess_secret", "encode_grade"]]
-    assert both and all(not turn.get("error") for t in both for turn in t if turn["role"] == "tool")
 
 
 def test_the_check_says_why_tiny_never_calls_a_tool(shell) -> None:
     shell.run_cell_magic("grpo_env", "", CELLS["WeighParcel"])
     report = shell.run_line_magic("grpo_check", f"WeighParcel --model tiny {CHECK}")
     (why,) = [w for w in report.warnings if w.startswith("no episode called an offered tool")]
-    assert "(weigh_parcel) in 16 episodes" in why and "wrote text only" in why
+    assert "(weigh_parcel) in 16 episodes" in why and "episodes wrote text only" in why
     assert "--model tiny-agent offline" in why and "Qwen/Qwen2.5-0.5B-Instruct on a GPU" in why
     assert why in str(report) and report.agent["offered_call_share"] == 0
 
 
-NOT_OFFERED = CELLS["WeighParcel"].replace("Use the weigh_parcel tool with grams", "Use the get_weather tool with city")
-
-
 def test_calls_to_tools_not_offered_are_named_in_the_check_the_metrics_and_the_card(shell, tmp_path: Path) -> None:
-    """The request names a tool the env does not have: tiny-agent calls it, TRL answers "not found"."""
+    """Offered get_weather alone and asked for the time, tiny-agent calls get_time: TRL answers "not found"."""
     from grpo_magic import GRPOParams, train
     from grpo_magic.dashboard.html import transcript_html
 
-    shell.run_cell_magic("grpo_env", "", NOT_OFFERED)
-    report = shell.run_line_magic("grpo_check", f"WeighParcel --model tiny-agent {CHECK}")
+    shell.run_cell_magic("grpo_env", "", CELLS["OnlyWeather"])
+    report = shell.run_line_magic("grpo_check", f"OnlyWeather --model tiny-agent {CHECK}")
     agent = report.agent
-    assert agent["not_offered_calls"] >= 8 and "get_weather" in agent["not_offered_names"], agent
-    assert agent["not_offered_error"] == "{'error': 'Tool get_weather not found.'}"
-    text = str(report)
-    assert "calls to tools not offered (get_weather" in text and "Tool get_weather not found." in text
-    if agent["offered_call_share"] == 0:
-        (why,) = [w for w in report.warnings if w.startswith("no episode called an offered tool")]
-        assert "called tools that were not offered (get_weather" in why
+    print(report)
+    assert agent["not_offered_calls"] >= 2 and set(agent["not_offered_names"]) == {"get_time"}, agent
+    assert agent["not_offered_error"] == "{'error': 'Tool get_time not found.'}"
+    assert 0 < agent["offered_call_share"] < 1  # get_weather, the tool offered, is called too
+    assert "calls to tools not offered (get_time): TRL answered {'error': 'Tool get_time not found.'}" in str(report)
 
-    env = shell.user_ns["WeighParcel"]()
-    params = GRPOParams(model="tiny-agent", max_steps=1, batch_size=8, rl_num_generations=4, rl_max_new_tokens=64,
+    params = GRPOParams(model="tiny-agent", max_steps=1, batch_size=16, rl_num_generations=8, rl_max_new_tokens=64,
                         project_name=str(tmp_path / "not-offered"))
-    run = train(params, env, display=False)
+    run = train(params, shell.user_ns["OnlyWeather"](), display=False)
     assert run.status == "completed", run.reason
-    assert run.history[-1]["env/tool_not_offered"] > 0
+    history = run.history[-1]
+    assert 0 < history["env/tool_not_offered"] <= history["env/tool_errors"], history
     turns = [t for g in run.groups for t in g["transcripts"] if any(m.get("not_offered") for m in t)]
-    assert turns
+    assert turns and all(m["name"] == "get_time" for t in turns for m in t if m.get("not_offered"))
     card = transcript_html(turns[0])
-    assert "to tools not offered" in card and "was not offered" in card and "Tool get_weather not found." in card
+    assert "to tools not offered" in card and "<b>get_time</b> was not offered" in card
+    assert "Tool get_time not found." in card
+
+
+def test_the_check_names_the_tools_not_offered_when_no_episode_called_an_offered_one(shell) -> None:
+    """A tool tiny-agent has never seen: it calls the two it knows (or writes calls that do not parse)."""
+    shell.run_cell_magic("grpo_env", "", CELLS["Forecast"])
+    report = shell.run_line_magic("grpo_check", f"Forecast --model tiny-agent {CHECK}")
+    print(report)
+    assert report.agent["offered_call_share"] == 0 and report.agent["not_offered_calls"] >= 1, report.agent
+    (why,) = [w for w in report.warnings if w.startswith("no episode called an offered tool")]
+    assert "(get_forecast) in 16 episodes: " in why and " calls went to tools that were not offered (get_" in why
+    assert "TRL answered {'error': 'Tool get_" in why
+    assert "tiny-agent knows only get_weather and get_time" in why and "Qwen/Qwen2.5-0.5B-Instruct on a GPU" in why
 
 
 def test_the_account_of_episodes_without_an_offered_call_from_their_transcripts() -> None:
@@ -214,11 +172,12 @@ def test_the_account_of_episodes_without_an_offered_call_from_their_transcripts(
     assert stats["unparsed_calls"] == 1 and stats["text_only"] == 1
     why = why_no_tool_call(stats, ["add"])
     assert why == (
-        "no episode called an offered tool (add) in 4 episodes: 1 wrote text only; 2 called tools that were not "
-        f"offered (get_time x2; TRL answered {not_found}); 1 wrote a tool call that did not parse; GRPO can only "
+        "no episode called an offered tool (add) in 4 episodes: 1 episode wrote text only; 2 calls went to tools "
+        f"that were not offered (get_time x2; TRL answered {not_found}); 1 tool call did not parse; GRPO can only "
         "reinforce calls the model already makes, so use a model whose chat template and training know tool calls "
         "(e.g. --model tiny-agent offline, Qwen/Qwen2.5-0.5B-Instruct on a GPU) or warm it up with supervised "
         "examples of tool calls.")
+    assert "tiny-agent knows only get_weather and get_time" in why_no_tool_call(stats, ["add"], "tiny-agent")
     card = transcript_html(episodes[0])
     assert "1 to tools not offered" in card and "was not offered" in card and "Tool get_time not found." in card
 
