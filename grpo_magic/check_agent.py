@@ -149,14 +149,14 @@ def why_no_tool_call(stats: dict[str, Any], offered: list[str], model: str = "")
     if stats["unparsed_calls"]:
         did.append(f"{_count(stats['unparsed_calls'], 'tool call')} did not parse")
     if model == "tiny-agent":  # the offline tool model knows its corpus's tools only
-        fix = ("tiny-agent knows only get_weather and get_time (envs/weather_agent.py), so use a model whose chat "
-               "template and training know tool calls in general (e.g. Qwen/Qwen2.5-0.5B-Instruct on a GPU)")
+        fix = ("tiny-agent knows only get_weather and get_time (envs/weather_agent.py), so use a model trained on "
+               "tool calls in general (e.g. Qwen/Qwen2.5-0.5B-Instruct on a GPU)")
     else:
         fix = ("use a model whose chat template and training know tool calls (e.g. --model tiny-agent offline, "
                "Qwen/Qwen2.5-0.5B-Instruct on a GPU)")
     return (f"no episode called an offered tool ({', '.join(offered)}) in {int(stats['episodes'])} episodes: "
-            f"{'; '.join(did) or 'none wrote anything'}; GRPO can only reinforce calls the model already makes, so "
-            f"{fix} or warm it up with supervised examples of tool calls.")
+            f"{'; '.join(did) or 'none wrote anything'}; GRPO can only reinforce calls the model already makes: "
+            f"{fix}, or warm it up with supervised examples of tool calls.")
 
 
 def _count(n: float, noun: str) -> str:

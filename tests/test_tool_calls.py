@@ -174,8 +174,8 @@ def test_the_account_of_episodes_without_an_offered_call_from_their_transcripts(
     assert why == (
         "no episode called an offered tool (add) in 4 episodes: 1 episode wrote text only; 2 calls went to tools "
         f"that were not offered (get_time x2; TRL answered {not_found}); 1 tool call did not parse; GRPO can only "
-        "reinforce calls the model already makes, so use a model whose chat template and training know tool calls "
-        "(e.g. --model tiny-agent offline, Qwen/Qwen2.5-0.5B-Instruct on a GPU) or warm it up with supervised "
+        "reinforce calls the model already makes: use a model whose chat template and training know tool calls "
+        "(e.g. --model tiny-agent offline, Qwen/Qwen2.5-0.5B-Instruct on a GPU), or warm it up with supervised "
         "examples of tool calls.")
     assert "tiny-agent knows only get_weather and get_time" in why_no_tool_call(stats, ["add"], "tiny-agent")
     card = transcript_html(episodes[0])
