@@ -218,6 +218,16 @@ def agent_spec(env: Any, make_env: Callable[[], Any], declared: list[dict[str, A
 # ---------------------------------------------------------------- after the episode
 
 
+def not_offered_calls(turns: list[dict[str, Any]]) -> list[str]:
+    """The names of the tools an episode's transcript called that were not offered, in order."""
+    return [str(t.get("name", "")) for t in turns if t.get("role") == "tool" and t.get("not_offered")]
+
+
+def unparsed_calls(turns: list[dict[str, Any]]) -> int:
+    """Assistant turns that wrote a ``<tool_call>`` TRL could not parse (it then keeps the reply as text)."""
+    return sum(1 for t in turns if t.get("role") == "assistant" and "<tool_call>" in str(t.get("content") or ""))
+
+
 def last_assistant_text(messages: list[dict[str, Any]]) -> str:
     """The text of the episode's last assistant turn (its final answer)."""
     for message in reversed(messages):
@@ -237,11 +247,14 @@ def tool_calls_of(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return calls
 
 
-def transcript(messages: list[dict[str, Any]], calls: list[ToolCall] | None = None) -> list[dict[str, Any]]:
+def transcript(messages: list[dict[str, Any]], calls: list[ToolCall] | None = None,
+               offered: list[str] | None = None) -> list[dict[str, Any]]:
     """The episode's turns as plain JSON: assistant text and tool calls, tool results (marked when they failed).
 
     TRL feeds a failing tool's exception to the model as ``{'error': ...}``; the episode's own record of
-    the calls (``calls``) says which results were errors, also for a tool that returned normally.
+    the calls (``calls``) says which results were errors, also for a tool that returned normally. A call
+    to a tool that is not among the ``offered`` names (TRL answered ``Tool ... not found.``) is marked
+    ``not_offered``: a model that does not read the schemas in its prompt calls such tools.
     """
     recorded = list(calls or [])
     out: list[dict[str, Any]] = []
@@ -268,6 +281,8 @@ def transcript(messages: list[dict[str, Any]], calls: list[ToolCall] | None = No
             turn = {"role": "tool", "name": name, "content": content}
             if error:
                 turn["error"] = error
+                if offered is not None and name not in offered:
+                    turn["not_offered"] = True
             out.append(turn)
         else:
             out.append({"role": role, "content": content})

@@ -91,7 +91,7 @@ class CheckReport:
     groups: list[dict[str, Any]] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     #: Agent envs: tool use of the sampled episodes (``check_agent.agent_stats``); None for single-turn envs.
-    agent: dict[str, float] | None = None
+    agent: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON-serialisable) for logs, tests and the magic."""
@@ -134,6 +134,11 @@ class CheckReport:
             ("tool use", f"{a['tool_call_share']:.0%} of {int(a['episodes'])} episodes called a tool "
                          f"({int(a['tool_calls'])} calls)"),
             ("tool errors", f"{int(a['tool_failures'])} of {int(a['tool_calls'])} tool calls failed"),
+            ("not offered", f"{int(a['not_offered_calls'])} calls to tools not offered"
+                            + (f" ({', '.join(a['not_offered_names'])}): TRL answered {a['not_offered_error']}"
+                               if a["not_offered_calls"] else "")),
+            ("offered tools", f"{a['offered_call_share']:.0%} of episodes called an offered tool; "
+                              f"{int(a['unparsed_calls'])} calls did not parse; {int(a['text_only'])} episodes wrote text only"),
             ("turns", f"{a['turns_mean']:.1f} assistant turns per episode (max {int(a['turns_max'])})"),
         ]
 
@@ -229,11 +234,11 @@ def check_env(
     reward = EnvReward(prepared.env, workers=params.rl_env_workers, timeout=params.rl_episode_timeout,
                        max_error_rate=1.0, agent=prepared.agent, defer_failure=True)
     reward.bind(lm, tokenizer)
-    agent: dict[str, float] | None = None
+    agent: dict[str, Any] | None = None
     degenerate_texts = [["", _echo(r), REFUSAL] for r in rows]
     try:
         if prepared.agent is not None:  # whole episodes, through TRL's tool loop (generation and scoring at once)
-            from .check_agent import agent_stats, degenerate_episodes, run_agent_episodes
+            from .check_agent import agent_stats, degenerate_episodes, run_agent_episodes, why_no_tool_call
 
             episodes = run_agent_episodes(params, prepared, lm, tokenizer, reward, rows)
             generated = _Generated(episodes.texts, [], episodes.truncated)
@@ -259,11 +264,9 @@ def check_env(
         n = params.rl_num_generations
         for gi, group in enumerate(report.groups):
             group["transcripts"] = episodes.transcripts[gi * n:(gi + 1) * n]
-        if not agent["tool_calls"]:
-            report.warnings.append(
-                f"no episode called a tool ({int(agent['episodes'])} episodes): GRPO can only reinforce tool use the "
-                "model already tries; use a model that calls tools (e.g. --model tiny-agent offline) or warm it up "
-                "with supervised examples of tool calls.")
+        why = why_no_tool_call(agent, prepared.agent.tool_names, params.model or "")
+        if why is not None:
+            report.warnings.append(why)
     return report
 
 

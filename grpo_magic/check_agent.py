@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from .agent import not_offered_calls, unparsed_calls
 from .errors import GRPOMagicError
 from .params import GRPOParams
 from .reward import EnvReward
@@ -100,13 +102,29 @@ def degenerate_episodes(prepared: Any, reward: EnvReward, rows: list[dict[str, A
     return list(record.outcomes)
 
 
-def agent_stats(transcripts: list[list[dict[str, Any]]]) -> dict[str, float]:
-    """Tool use of the sampled episodes: who called a tool, how many calls failed, how many turns."""
+def agent_stats(transcripts: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """Tool use of the sampled episodes: who called a tool, how many calls failed, how many turns.
+
+    And what the episodes that called no offered tool did instead (``offered_call_share`` is the
+    share that did): called tools not offered (``not_offered_calls``, by name in ``not_offered_names``,
+    with TRL's answer in ``not_offered_error``), wrote a call that did not parse (``unparsed_calls``),
+    or wrote text only (``text_only``).
+    """
     episodes = len(transcripts) or 1
     calls = [sum(len(t.get("tool_calls") or []) for t in turns) for turns in transcripts]
     failures = sum(1 for turns in transcripts for t in turns if t.get("role") == "tool" and t.get("error"))
     turns = [sum(1 for t in ts if t.get("role") == "assistant") for ts in transcripts]
+    missing = [not_offered_calls(ts) for ts in transcripts]
+    offered = [sum(1 for t in ts if t.get("role") == "tool" and not t.get("not_offered")) for ts in transcripts]
+    unparsed = [unparsed_calls(ts) for ts in transcripts]
+    errors = [t["content"] for ts in transcripts for t in ts if t.get("role") == "tool" and t.get("not_offered")]
     return {
+        "offered_call_share": sum(1 for n in offered if n) / episodes,
+        "not_offered_calls": float(sum(len(m) for m in missing)),
+        "not_offered_names": dict(Counter(n for m in missing for n in m).most_common()),
+        "not_offered_error": errors[0] if errors else "",
+        "unparsed_calls": float(sum(unparsed)),
+        "text_only": float(sum(1 for c, u in zip(calls, unparsed, strict=True) if not c and not u)),
         "episodes": float(len(transcripts)),
         "tool_call_share": sum(1 for c in calls if c) / episodes,
         "tool_calls": float(sum(calls)),
@@ -115,3 +133,31 @@ def agent_stats(transcripts: list[list[dict[str, Any]]]) -> dict[str, float]:
         "turns_mean": statistics.fmean(turns) if turns else 0.0,
         "turns_max": float(max(turns, default=0)),
     }
+
+
+def why_no_tool_call(stats: dict[str, Any], offered: list[str], model: str = "") -> str | None:
+    """One sentence when no sampled episode called an offered tool: what the model did instead, and what to try."""
+    if stats["offered_call_share"] > 0:
+        return None
+    did = []
+    if stats["text_only"]:
+        did.append(f"{_count(stats['text_only'], 'episode')} wrote text only")
+    if stats["not_offered_calls"]:
+        names = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in stats["not_offered_names"].items())
+        did.append(f"{_count(stats['not_offered_calls'], 'call')} went to tools that were not offered ({names}; TRL "
+                   f"answered {stats['not_offered_error']})")
+    if stats["unparsed_calls"]:
+        did.append(f"{_count(stats['unparsed_calls'], 'tool call')} did not parse")
+    if model == "tiny-agent":  # the offline tool model knows its corpus's tools only
+        fix = ("tiny-agent knows only get_weather and get_time (envs/weather_agent.py), so use a model trained on "
+               "tool calls in general (e.g. Qwen/Qwen2.5-0.5B-Instruct on a GPU)")
+    else:
+        fix = ("use a model whose chat template and training know tool calls (e.g. --model tiny-agent offline, "
+               "Qwen/Qwen2.5-0.5B-Instruct on a GPU)")
+    return (f"no episode called an offered tool ({', '.join(offered)}) in {int(stats['episodes'])} episodes: "
+            f"{'; '.join(did) or 'none wrote anything'}; GRPO can only reinforce calls the model already makes: "
+            f"{fix}, or warm it up with supervised examples of tool calls.")
+
+
+def _count(n: float, noun: str) -> str:
+    return f"{int(n)} {noun}{'' if int(n) == 1 else 's'}"

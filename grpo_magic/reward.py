@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .agent import last_assistant_text, tool_calls_of, transcript
+from .agent import last_assistant_text, not_offered_calls, tool_calls_of, transcript
 from .env import ENV_PROMPT_COLUMN, episode_parameters, prompt_text
 from .episodes import EpisodeRunner
 from .errors import GRPOMagicError
@@ -221,6 +221,9 @@ class EnvReward:
             if record.transcripts:
                 failures = sum(1 for t in record.transcripts for turn in t if turn.get("error"))
                 log_metric("env/tool_errors", failures / len(outcomes))
+                # calls to tools that were not offered (part of tool_errors): the model does not read its schemas
+                not_offered = sum(len(not_offered_calls(t)) for t in record.transcripts)
+                log_metric("env/tool_not_offered", not_offered / len(outcomes))
         if self.on_batch is not None:
             self.on_batch(record)
         message = error_rate_failure([record], self.max_error_rate)
@@ -245,10 +248,12 @@ class EnvReward:
                 kwargs["tool_calls"] = tool_calls_of(episode_turns)
             calls.append(kwargs)
         envs = [getattr(e, "_env", e) for e in environments]
+        offered = self.agent.tool_names if self.agent is not None else None
         return BatchRecord(
             step=step, prompts=[prompt_text(p) for p in prompts], completions=texts,
             outcomes=self.score_batch(texts, calls, envs),
-            transcripts=[transcript(t, getattr(e, "_calls", None)) for t, e in zip(turns, environments, strict=True)],
+            transcripts=[transcript(t, getattr(e, "_calls", None), offered)
+                         for t, e in zip(turns, environments, strict=True)],
         )
 
     def _episode_kwargs(self, prompt: Any, row: dict[str, Any]) -> dict[str, Any]:

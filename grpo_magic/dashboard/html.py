@@ -168,7 +168,8 @@ def _turn_html(turn: dict[str, Any]) -> str:
     if role == "tool":
         error = turn.get("error")
         color = _TURN_COLORS["error" if error else "tool"]
-        head = f"<b>{esc(turn.get('name', 'tool'))}</b> " + ("returned an error" if error else "returned")
+        head = f"<b>{esc(turn.get('name', 'tool'))}</b> " + ("was not offered" if turn.get("not_offered")
+                                                          else "returned an error" if error else "returned")
         body = content if not error or error == content else f"{error}\n{content}"
         return (f'<div class="grpo-turn grpo-turn-tool" style="{_TURN_STYLE}{color}"><div style="font-size:12px">'
                 f'{head}</div><pre style="{PRE_STYLE}">{esc(body)}</pre></div>')
@@ -192,11 +193,14 @@ def transcript_html(turns: list[dict[str, Any]]) -> str:
     """An agent episode, folded: a one-line summary that opens into every turn, in order."""
     calls = sum(len(t.get("tool_calls") or []) for t in turns)
     failed = sum(1 for t in turns if t.get("role") == "tool" and t.get("error"))
+    not_offered = sum(1 for t in turns if t.get("role") == "tool" and t.get("not_offered"))
     replies = sum(1 for t in turns if t.get("role") == "assistant")
     last = next((str(t.get("content") or "") for t in reversed(turns) if t.get("role") == "assistant"), "")
     head = last.strip().splitlines()[0][:100] if last.strip() else "(no text)"
     summary = (f"{replies} assistant turn{'s' if replies != 1 else ''} · {calls} tool call{'s' if calls != 1 else ''}"
                + (f' · <span style="color:#dc2626">{failed} failed</span>' if failed else "")
+               + (f' · <span class="grpo-not-offered" style="color:#dc2626">{not_offered} to tools not offered</span>'
+                  if not_offered else "")
                + f' · last reply: <span style="opacity:.8">{esc(head)}</span>')
     return (f'<details class="grpo-turns"><summary style="font-size:12px">{summary}</summary>'
             f'{"".join(_turn_html(t) for t in turns)}</details>')

@@ -1,0 +1,143 @@
+"""Benchmarks of offline tool calling on envs the model has never seen (issue 25).
+
+    python bench/agent_cpu.py --only check                 # tiny-agent on the held-out-name envs
+    python bench/agent_cpu.py --only build                 # the general tool-caller recipe, built twice
+    python bench/agent_cpu.py --save bench/results-agent.json
+
+- check: ``%grpo_check`` (``--model``, default tiny-agent) on the ``%%grpo_env`` cells of
+  tests/agent_cells.py, whose tool and argument names come from ``tool_corpus.HELD_OUT_*``: per env, the
+  share of sampled episodes whose first call parsed, named an offered tool and had arguments of its
+  schema's types, the share with score 1 (the right call; for the two-step env both calls in order), and
+  the check's own figures (calls to tools not offered, calls that did not parse).
+- build: the recipe of ``models/tool_corpus.py`` (a general tool caller, not registered as a model) built
+  in two fresh processes (``GRPO_MAGIC_CACHE`` a new temporary folder each), wall and CPU seconds of each,
+  timed from outside, whether the two ``model.safetensors`` are the same bytes, and its ``check``.
+
+Each part runs in a fresh subprocess. Benchmarks are scripts, never timed test assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+MARK = "@@AGENT_BENCH "
+CHECK_ARGS = "--samples 8 --rl-num-generations 4 --rl-max-new-tokens 64"
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
+    return {**env, **(extra or {})}
+
+
+def _worker(name: str, args: dict[str, Any], extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, __file__, "--worker", name, "--worker-args", json.dumps(args)],
+                          env=_env(extra_env), capture_output=True, text=True, timeout=3600, check=False)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(MARK)]
+    if proc.returncode or not lines:
+        raise RuntimeError(f"worker {name} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    result = json.loads(lines[-1][len(MARK):])
+    result["outside_wall_s"] = round(wall, 1)
+    result["outside_cpu_s"] = round((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), 1)
+    return result
+
+
+# ---------------------------------------------------------------- workers (each in its own process)
+
+
+def worker_build(args: dict[str, Any]) -> dict[str, Any]:
+    from grpo_magic.models import tool_corpus
+
+    path = tool_corpus.RECIPE.path()
+    digest = hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()
+    info = tool_corpus.RECIPE.info()
+    return {"sha256": digest, "build_seconds": info.get("build_seconds"), "check": info.get("check"),
+            "steps": info.get("steps"), "train_loss": info.get("train_loss")}
+
+
+def _shell() -> Any:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "grpo_magic")
+    return shell
+
+
+def worker_check(args: dict[str, Any]) -> dict[str, Any]:
+    from grpo_magic.agent import tool_names, tool_schemas
+    from grpo_magic.models import tool_corpus
+    from tests.agent_cells import CELLS
+
+    os.chdir(tempfile.mkdtemp(prefix="bench-agent-check-"))
+    shell = _shell()
+    out: dict[str, Any] = {}
+    for name in ("WeighParcel", "ReserveHarbor", "PaintGarden", "GuessThenEncode"):
+        shell.run_cell_magic("grpo_env", "", CELLS[name])
+        cls = shell.user_ns[name]
+        schemas = {s["function"]["name"]: s for s in tool_schemas(cls, tool_names(cls))}
+        started = time.perf_counter()
+        report = shell.run_line_magic("grpo_check", f"{name} --model {args['model']} {CHECK_ARGS}")
+        seconds = time.perf_counter() - started
+        episodes = [t for g in report.groups for t in g["transcripts"]]
+        firsts = [next((c for turn in t for c in turn.get("tool_calls") or []), None) for t in episodes]
+        typed = sum(1 for c in firsts if c and c["name"] in schemas
+                    and tool_corpus.fits_schema(c["arguments"], schemas[c["name"]]))
+        scores = [s for g in report.scores for s in g]
+        why = next((w for w in report.warnings if w.startswith("no episode called an offered tool")), None)
+        out[name] = {"why": why, "episodes": len(episodes), "offered_typed_share": round(typed / len(episodes), 3),
+                     "right_share": round(scores.count(1.0) / len(scores), 3), "check_seconds": round(seconds, 1),
+                     "not_offered_calls": report.agent["not_offered_calls"],
+                     "unparsed_calls": report.agent["unparsed_calls"]}
+        if name == "GuessThenEncode":
+            out[name]["both_calls_right"] = scores.count(1.0)
+    return out
+
+
+# ---------------------------------------------------------------- driver
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="check,build")
+    parser.add_argument("--model", default="tiny-agent", help="the model of the check")
+    parser.add_argument("--save", default=None)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-args", default="{}", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        result = globals()[f"worker_{args.worker}"](json.loads(args.worker_args))
+        print(MARK + json.dumps(result), flush=True)
+        return 0
+    parts = args.only.split(",")
+    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(),
+                               "load_average_at_start": os.getloadavg()[0]}
+    if "build" in parts:
+        builds = [_worker("build", {}, {"GRPO_MAGIC_CACHE": tempfile.mkdtemp(prefix="bench-agent-cache-")})
+                  for _ in range(2)]
+        results["build"] = {"runs": builds, "same_bytes": builds[0]["sha256"] == builds[1]["sha256"]}
+        print("build:", json.dumps(results["build"]), flush=True)
+    if "check" in parts:
+        results["check"] = {"model": args.model, **_worker("check", {"model": args.model})}
+        print("check:", json.dumps(results["check"]), flush=True)
+    if args.save:
+        Path(args.save).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""``%grpo_check``'s account of agent episodes without a call to an offered tool, and the tool-use corpus.
+
+The envs come from tests/agent_cells.py: ``%%grpo_env`` cells whose tool and argument names the corpus
+(models/tool_corpus.py) never uses (``HELD_OUT_*``).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import typing
+from pathlib import Path
+
+from grpo_magic.models import tool_corpus as tiny_agent
+from tests.agent_cells import CELLS
+
+
+def _names(corpus: list[dict]) -> tuple[set[str], set[str]]:
+    tools, args = set(), set()
+    for chat in corpus:
+        for schema in chat["tools"]:
+            tools.add(schema["function"]["name"])
+            args |= set(schema["function"]["parameters"]["properties"])
+    return tools, args
+
+
+def test_the_corpus_is_seeded_varied_and_never_uses_the_held_out_names() -> None:
+    from grpo_magic.models.warmstart import corpus_digest
+
+    corpus = tiny_agent.tool_use_corpus(0)
+    assert corpus_digest(corpus) == corpus_digest(tiny_agent.tool_use_corpus(0))
+    assert corpus_digest(corpus) != corpus_digest(tiny_agent.tool_use_corpus(1))
+    tools, args = _names(corpus)
+    words = {w for name in tools for w in name.split("_")}
+    assert not words & (set(tiny_agent.HELD_OUT_VERBS) | set(tiny_agent.HELD_OUT_NOUNS))
+    assert not args & set(tiny_agent.HELD_OUT_ARGS)
+    assert len(tools) > 500 and len(args) == len(tiny_agent.ARGS)  # names drawn, not remembered
+    offered = collections.Counter(len(c["tools"]) for c in corpus)
+    assert set(offered) == set(tiny_agent.TOOL_COUNTS)
+    types = collections.Counter(p.get("enum") and "enum" or p["type"] for c in corpus for s in c["tools"]
+                                for p in s["function"]["parameters"]["properties"].values())
+    assert set(types) == {"integer", "number", "boolean", "string", "enum"}
+    calls = collections.Counter(sum(1 for m in c["messages"] if m.get("tool_calls")) for c in corpus)
+    assert calls[0] and calls[1] and calls[2]  # answered directly, one call, two calls in a row
+    for chat in corpus:  # every value of the request's call is in the request; chains pass the result on
+        if chat["expected"] is None or chat["tools"] == tiny_agent.agent_tools():  # no call; v1's weather questions
+            continue
+        request = chat["messages"][0]["content"]
+        assert chat["expected"]["name"] in request
+        for key, value in chat["expected"]["arguments"].items():
+            assert f"{key} {json.dumps(value) if isinstance(value, bool) else value}" in request
+        steps = [m for m in chat["messages"] if m.get("tool_calls")]
+        if len(steps) == 2:
+            (second,) = steps[1]["tool_calls"][0]["function"]["arguments"].values()
+            assert str(second) == chat["messages"][2]["content"]
+
+
+def test_the_corpus_schemas_are_what_trl_derives_from_type_hints() -> None:
+    """Each schema equals transformers' ``get_json_schema`` of a method with those hints and that docstring."""
+    from transformers.utils import get_json_schema
+
+    hints = {"integer": int, "number": float, "boolean": bool, "string": str}
+    seen = 0
+    for chat in tiny_agent.tool_use_corpus(0, size=200):
+        for schema in chat["tools"]:
+            fn = schema["function"]
+            props = fn["parameters"]["properties"]
+            doc = fn["description"] + ("\n\nArgs:\n" + "".join(f"    {k}: {p['description']}\n" for k, p in props.items())
+                                       if props else "")
+
+            annotations = {k: typing.Literal[tuple(p["enum"])] if "enum" in p else hints[p["type"]]
+                           for k, p in props.items()}
+            namespace: dict = {}
+            exec(f"def {fn['name']}({', '.join(props)}) -> str:\n    pass", namespace)  # noqa: S102 - a test's own code
+            method = namespace[fn["name"]]
+            method.__doc__, method.__annotations__ = doc, {**annotations, "return": str}
+            assert get_json_schema(method) == schema
+            seen += 1
+    assert seen > 300
+
+
+def test_fits_schema_checks_types_and_enums() -> None:
+    schema = tiny_agent._schema("t", "T.", [("a", "integer", None), ("s", "enum", ["x", "y"])])
+    assert tiny_agent.fits_schema({"a": 3, "s": "x"}, schema)
+    assert not tiny_agent.fits_schema({"a": "3", "s": "x"}, schema)
+    assert not tiny_agent.fits_schema({"a": 3, "s": "z"}, schema)
+    assert not tiny_agent.fits_schema({"a": True, "s": "x"}, schema)
+    assert not tiny_agent.fits_schema({"a": 3}, schema)
+    assert tiny_agent.parse_call('<tool_call>\n{"name": "t", "arguments": {"a": 1}}\n</tool_call>') == {
+        "name": "t", "arguments": {"a": 1}}
+    assert tiny_agent.parse_call('<tool_call>\n{"name": "t", "arguments": {"a": }\n</tool_call>') is None
+
+
+# ---------------------------------------------------------------- the check's account of what the model did
+
+
+CHECK = "--samples 4 --rl-num-generations 4 --rl-max-new-tokens 64"
+
+
+def test_the_check_says_why_tiny_never_calls_a_tool(shell) -> None:
+    shell.run_cell_magic("grpo_env", "", CELLS["WeighParcel"])
+    report = shell.run_line_magic("grpo_check", f"WeighParcel --model tiny {CHECK}")
+    (why,) = [w for w in report.warnings if w.startswith("no episode called an offered tool")]
+    assert "(weigh_parcel) in 16 episodes" in why and "episodes wrote text only" in why
+    assert "--model tiny-agent offline" in why and "Qwen/Qwen2.5-0.5B-Instruct on a GPU" in why
+    assert why in str(report) and report.agent["offered_call_share"] == 0
+
+
+def test_calls_to_tools_not_offered_are_named_in_the_check_the_metrics_and_the_card(shell, tmp_path: Path) -> None:
+    """Offered get_weather alone and asked for the time, tiny-agent calls get_time: TRL answers "not found"."""
+    from grpo_magic import GRPOParams, train
+    from grpo_magic.dashboard.html import transcript_html
+
+    shell.run_cell_magic("grpo_env", "", CELLS["OnlyWeather"])
+    report = shell.run_line_magic("grpo_check", f"OnlyWeather --model tiny-agent {CHECK}")
+    agent = report.agent
+    print(report)
+    assert agent["not_offered_calls"] >= 2 and set(agent["not_offered_names"]) == {"get_time"}, agent
+    assert agent["not_offered_error"] == "{'error': 'Tool get_time not found.'}"
+    assert 0 < agent["offered_call_share"] < 1  # get_weather, the tool offered, is called too
+    assert "calls to tools not offered (get_time): TRL answered {'error': 'Tool get_time not found.'}" in str(report)
+
+    params = GRPOParams(model="tiny-agent", max_steps=1, batch_size=16, rl_num_generations=8, rl_max_new_tokens=64,
+                        project_name=str(tmp_path / "not-offered"))
+    run = train(params, shell.user_ns["OnlyWeather"](), display=False)
+    assert run.status == "completed", run.reason
+    history = run.history[-1]
+    assert 0 < history["env/tool_not_offered"] <= history["env/tool_errors"], history
+    turns = [t for g in run.groups for t in g["transcripts"] if any(m.get("not_offered") for m in t)]
+    assert turns and all(m["name"] == "get_time" for t in turns for m in t if m.get("not_offered"))
+    card = transcript_html(turns[0])
+    assert "to tools not offered" in card and "<b>get_time</b> was not offered" in card
+    assert "Tool get_time not found." in card
+
+
+def test_the_check_names_the_tools_not_offered_when_no_episode_called_an_offered_one(shell) -> None:
+    """A tool tiny-agent has never seen: it calls the two it knows (or writes calls that do not parse)."""
+    shell.run_cell_magic("grpo_env", "", CELLS["Forecast"])
+    report = shell.run_line_magic("grpo_check", f"Forecast --model tiny-agent {CHECK}")
+    print(report)
+    assert report.agent["offered_call_share"] == 0 and report.agent["not_offered_calls"] >= 1, report.agent
+    (why,) = [w for w in report.warnings if w.startswith("no episode called an offered tool")]
+    assert "(get_forecast) in 16 episodes: " in why and " calls went to tools that were not offered (get_" in why
+    assert "TRL answered {'error': 'Tool get_" in why
+    assert "tiny-agent knows only get_weather and get_time" in why and "Qwen/Qwen2.5-0.5B-Instruct on a GPU" in why
+
+
+def test_the_account_of_episodes_without_an_offered_call_from_their_transcripts() -> None:
+    """TRL's own answers (a tool not found, a call kept as text) become the figures and the sentence."""
+    from grpo_magic.agent import ToolCall, transcript
+    from grpo_magic.check_agent import agent_stats, why_no_tool_call
+    from grpo_magic.dashboard.html import transcript_html
+
+    def call(name: str, **arguments):
+        return {"role": "assistant", "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]}
+
+    not_found = "{'error': 'Tool get_time not found.'}"
+    episodes = [
+        transcript([call("get_time", city="Oslo"), {"role": "tool", "name": "get_time", "content": not_found},
+                    {"role": "assistant", "content": "It is late."}], [], offered=["add"]),
+        transcript([call("get_time", city="Lima"), {"role": "tool", "name": "get_time", "content": not_found}],
+                   [], offered=["add"]),
+        transcript([{"role": "assistant", "content": '<tool_call>\n{"name": "add", "arguments": {"a": }\n</tool_call>'}],
+                   [], offered=["add"]),
+        transcript([{"role": "assistant", "content": "Seven."}], [], offered=["add"]),
+    ]
+    assert episodes[0][1]["not_offered"] and episodes[0][1]["error"] == not_found
+    stats = agent_stats(episodes)
+    assert stats["offered_call_share"] == 0 and stats["not_offered_calls"] == 2
+    assert stats["not_offered_names"] == {"get_time": 2} and stats["not_offered_error"] == not_found
+    assert stats["unparsed_calls"] == 1 and stats["text_only"] == 1
+    why = why_no_tool_call(stats, ["add"])
+    assert why == (
+        "no episode called an offered tool (add) in 4 episodes: 1 episode wrote text only; 2 calls went to tools "
+        f"that were not offered (get_time x2; TRL answered {not_found}); 1 tool call did not parse; GRPO can only "
+        "reinforce calls the model already makes: use a model whose chat template and training know tool calls "
+        "(e.g. --model tiny-agent offline, Qwen/Qwen2.5-0.5B-Instruct on a GPU), or warm it up with supervised "
+        "examples of tool calls.")
+    assert "tiny-agent knows only get_weather and get_time" in why_no_tool_call(stats, ["add"], "tiny-agent")
+    card = transcript_html(episodes[0])
+    assert "1 to tools not offered" in card and "was not offered" in card and "Tool get_time not found." in card
+
+    ran = transcript([call("add", a=1, b=2), {"role": "tool", "name": "add", "content": "3"}],
+                     [ToolCall("add", {"a": 1, "b": 2})], offered=["add"])
+    assert "not_offered" not in ran[1] and why_no_tool_call(agent_stats([ran, *episodes]), ["add"]) is None
+    assert "not offered" not in transcript_html(ran)
