@@ -470,59 +470,9 @@ class GRPOParams:
         Building a ``TrainingArguments`` resets accelerate's process state, which a run training in
         this process needs: readers of a run's settings (``rescore``) use these instead.
         """
-        from .device import grpo_precision_kwargs
-        from .models import has_cuda
+        from .config_kwargs import grpo_config_kwargs
 
-        kwargs: dict[str, Any] = dict(
-            output_dir=output_dir or self.project_name,
-            num_generations=self.rl_num_generations,
-            max_completion_length=self.rl_max_new_tokens,
-            temperature=self.rl_temperature,
-            top_k=self.rl_top_k,
-            top_p=self.rl_top_p,
-            beta=self.rl_kl_coef,
-            epsilon=self.rl_clip_range,
-            loss_type=self.rl_loss_type,
-            max_tool_calling_iterations=self.rl_max_tool_turns,
-            use_vllm=self.use_vllm,
-            vllm_mode=self.vllm_mode,
-            vllm_gpu_memory_utilization=self.vllm_gpu_memory_utilization,
-            vllm_tensor_parallel_size=self.vllm_tensor_parallel_size,
-            num_train_epochs=self.epochs,
-            max_steps=self.max_steps if self.max_steps is not None else -1,
-            per_device_train_batch_size=self.batch_size,
-            gradient_accumulation_steps=self.gradient_accumulation,
-            learning_rate=self.lr,
-            seed=self.seed,
-            ddp_timeout=self.ddp_timeout,
-            logging_steps=self.logging_steps,
-            save_steps=self.save_steps,
-            save_strategy="steps",
-            report_to=[] if self.report_to == "none" else [self.report_to],
-            push_to_hub=self.push_to_hub,
-            **grpo_precision_kwargs(self.precision()),
-            dataloader_pin_memory=has_cuda(),  # pinning on a CPU-only machine only warns
-            log_completions=False,
-            disable_tqdm=True,
-        )
-        if self.vllm_server_url:
-            kwargs["vllm_server_base_url"] = self.vllm_server_url
-        if self.eval_steps is not None:  # TRL's eval loop on the held-out prompts (docs/architecture.md, "Evaluation")
-            kwargs.update(self.eval_config_kwargs())
-        if self.vllm_max_model_length is not None:
-            kwargs["vllm_max_model_length"] = self.vllm_max_model_length
-        if self.trl_settings:
-            from .trl_settings import settings
-
-            known = settings()
-            for name, value in self.trl_settings.items():
-                if value is None and name in ("bf16", "fp16", "dataloader_pin_memory"):
-                    continue  # unset: chosen for this machine above
-                kwargs[name] = known[name].parse(value) if name in known else value
-            if kwargs.get("fp16") and "bf16" not in self.trl_settings:
-                kwargs["bf16"] = False  # fp16 asked for: the automatic bf16 steps aside
-        kwargs.update(overrides)
-        return kwargs
+        return grpo_config_kwargs(self, output_dir, overrides)
 
     def trl_differences(self) -> dict[str, Any]:
         """Every ``GRPOConfig`` setting of this run that differs from TRL's default (what the run log and the
