@@ -388,8 +388,10 @@ class GRPOParams:
         """TRL's own rules: ``GRPOConfig`` built from these params, its error as one sentence naming our flags."""
         from .trl_settings import build_config, trl_error_message
 
+        # bf16/fp16 that grpo_magic chose follow the device that trains, which may not be this one (a launch plan)
+        kwargs = {**self.grpo_config_kwargs(), **{n: False for n in ("bf16", "fp16") if self.trl_settings.get(n) is None}}
         try:
-            build_config(self.grpo_config_kwargs())
+            build_config(kwargs)
         except (ValueError, TypeError) as exc:
             return [("trl_settings", trl_error_message(exc, self))]
         return []
@@ -583,16 +585,6 @@ def _divisibility_message(batch_size: int, accumulation: int, processes: int, n:
         f"{parts} = {per_step} completions per step, which is not divisible by rl_num_generations {n} "
         f"(each prompt needs a whole group); {fix}."
     )
-
-
-def markdown_table() -> str:
-    """The parameter table of the README, generated from the metadata (a test keeps them equal)."""
-    rows = ["| parameter | CLI flag | default | section | what it does |", "|---|---|---|---|---|"]
-    for f in GRPOParams.fields():
-        default = "required" if f.metadata.get("required") else ("" if f.default is None else f"`{f.default}`")
-        rows.append(f"| `{f.name}` | `{GRPOParams.flag(f.name)}` | {default} | {f.metadata['group']} | "
-                    f"{f.metadata['help'].replace('|', '/')} |")
-    return "\n".join(rows)
 
 
 def params_from_dict(values: dict[str, Any]) -> GRPOParams:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpo_magic.params import markdown_table
+from grpo_magic.params_table import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
