@@ -28,6 +28,7 @@ from typing import Any
 
 from .distributed import LAUNCHED_ENV, inside_launch
 from .errors import GRPOMagicError
+from .locking import refuse_if_in_use
 from .params import GRPOParams
 from .preflight import check_launch, server_answers
 from .text import plural
@@ -367,6 +368,9 @@ def execute(plan: LaunchPlan, params: GRPOParams) -> int:
     The server is stopped however training ends: success, failure, Ctrl-C or SIGTERM.
     """
     check_launch(params, processes=plan.num_processes, server_url=plan.server_url, gpus=bool(plan.gpus))
+    # A folder another run trains into is refused here, before any process starts; the main training process
+    # takes the folder's lock itself (a run that starts meanwhile is refused there).
+    refuse_if_in_use(plan.output_dir)
     server: subprocess.Popen | None = None
     trainer: subprocess.Popen | None = None
 

@@ -33,6 +33,7 @@ from .events import (
     StepLogged,
     read_run_log,
 )
+from .locking import ProcessLock, folder_lock, process_kind, take_over_note
 from .params import GRPOParams
 from .preflight import prepare
 from .redaction import redact, redact_library_logs
@@ -110,6 +111,8 @@ class GRPORun:
         self._reward: EnvReward | None = None
         self._pending_swap: tuple[Any, Callable[[int], None], Callable[[], Any] | None] | None = None
         self._swap_lock = threading.Lock()
+        #: The output folder's lock (main process only), released when the run has ended.
+        self._folder_lock: ProcessLock | None = None
 
     def __repr__(self) -> str:
         total = f"/{self.max_steps}" if self.max_steps else ""
@@ -388,9 +391,19 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
                     status = "failed"
         if reward is not None:
             reward.close()
-        run.events.emit(RunFinished(status=status, reason=redact(reason), output_dir=str(run.output_dir),
-                                    steps=run.step, saved=saved))
-        run._finished.set()
+        try:
+            run.events.emit(RunFinished(status=status, reason=redact(reason), output_dir=str(run.output_dir),
+                                        steps=run.step, saved=saved))
+        finally:
+            _release_folder(run)
+            run._finished.set()
+
+
+def _release_folder(run: GRPORun) -> None:
+    """The run is over, however it ended (completed, Stop, a signal, a failure): the folder is free again."""
+    lock, run._folder_lock = run._folder_lock, None
+    if lock is not None:
+        lock.release()
 
 
 def _history_before(output_dir: Path, step: int) -> list[dict[str, Any]]:
@@ -460,28 +473,40 @@ def train(
     for cb in callbacks or ():
         (trainer_callbacks if hasattr(cb, "on_step_end") else subscribers).append(cb)
     if is_main_process():
+        # One run per folder, between processes too: the lock comes before anything in the folder is touched.
         output_dir.mkdir(parents=True, exist_ok=True)
-        if not resume:
-            _set_aside_old_log(output_dir)
-        log = RunLog(output_dir)
-        run.events.subscribe(log)
-        run.events.subscribe(lambda e: log.close() if isinstance(e, RunFinished) else None)
-        if display if display is not None else in_notebook():
-            from .dashboard import Dashboard
+        run._folder_lock = folder_lock(output_dir, f"{process_kind()}, training {prepared.spec.name} on {params.model}")
+    try:
+        note = take_over_note(output_dir, run._folder_lock) if run._folder_lock is not None else None
+        if note:
+            print(f"grpo-magic: note: {note}", file=sys.stderr, flush=True)
+        if is_main_process():
+            if not resume:
+                _set_aside_old_log(output_dir)  # no other run holds the folder: its log is nobody's any more
+            log = RunLog(output_dir)
+            run.events.subscribe(log)
+            run.events.subscribe(lambda e: log.close() if isinstance(e, RunFinished) else None)
+            if display if display is not None else in_notebook():
+                from .dashboard import Dashboard
 
-            run.dashboard = Dashboard(on_stop=run.stop, run_log=str(run.run_log))
-            if checkpoint is not None:  # the dashboard continues the run: its steps so far, from the run log
-                run.dashboard.feed(read_run_log(output_dir, skipped=run.dashboard.view.notes))
-            run.events.subscribe(run.dashboard)
-            run.show_dashboard(display if callable(display) else None)
-        for subscriber in subscribers:
-            run.events.subscribe(subscriber)
+                run.dashboard = Dashboard(on_stop=run.stop, run_log=str(run.run_log))
+                if checkpoint is not None:  # the dashboard continues the run: its steps so far, from the run log
+                    run.dashboard.feed(read_run_log(output_dir, skipped=run.dashboard.view.notes))
+                run.events.subscribe(run.dashboard)
+                run.show_dashboard(display if callable(display) else None)
+            for subscriber in subscribers:
+                run.events.subscribe(subscriber)
 
-    with _ACTIVE_LOCK:
-        _refuse_if_training()
-        _ACTIVE = _LAST = run
-    run.events.emit(RunStarted(params=params.to_dict(), env_name=prepared.spec.name, model=params.model or "",
-                               output_dir=str(output_dir), max_steps=params.max_steps))
+        with _ACTIVE_LOCK:
+            _refuse_if_training()
+            _ACTIVE = _LAST = run
+        run.events.emit(RunStarted(params=params.to_dict(), env_name=prepared.spec.name, model=params.model or "",
+                                   output_dir=str(output_dir), max_steps=params.max_steps))
+        if note:
+            run.events.emit(StatusChanged(status="starting", message=note))
+    except BaseException:
+        _release_folder(run)
+        raise
     args = (run, params, prepared, model_path, tokenizer, trainer_callbacks, checkpoint)
     if blocking:
         # In the main thread (a script, Colab, a launched process), Ctrl-C and SIGTERM are Stop (signals).
