@@ -76,8 +76,9 @@ def process_kind() -> str:
 def read_holder(sidecar: Path) -> Holder | None:
     try:
         data = json.loads(sidecar.read_text(encoding="utf-8"))
-        return Holder(pid=int(data["pid"]), host=str(data["host"]), since=float(data["since"]),
-                      what=str(data.get("what", "")))
+        return Holder(
+            pid=int(data["pid"]), host=str(data["host"]), since=float(data["since"]), what=str(data.get("what", ""))
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -159,8 +160,14 @@ class ProcessLock:
             return True
         return False
 
-    def acquire(self, *, wait: bool = False, busy: Callable[[Holder | None], str] | None = None,
-                on_wait: Callable[[Holder | None], None] | None = None, poll_s: float = 1.0) -> ProcessLock:
+    def acquire(
+        self,
+        *,
+        wait: bool = False,
+        busy: Callable[[Holder | None], str] | None = None,
+        on_wait: Callable[[Holder | None], None] | None = None,
+        poll_s: float = 1.0,
+    ) -> ProcessLock:
         """Take the lock. Held by a live process: raise ``Busy`` (``busy(holder)`` words it), or with
         ``wait`` call ``on_wait(holder)`` once and wait for it, watching that its holder still lives."""
         if self._try():
@@ -169,8 +176,12 @@ class ProcessLock:
         if holder is not None and holder.dead_here() and self._break(holder):
             return self
         if not wait:
-            raise Busy(busy(holder) if busy else f"{self.path} is held by {holder.describe() if holder else 'another process'}.",
-                       holder)
+            raise Busy(
+                busy(holder)
+                if busy
+                else f"{self.path} is held by {holder.describe() if holder else 'another process'}.",
+                holder,
+            )
         if on_wait is not None:
             on_wait(holder)
         from filelock import Timeout
@@ -229,8 +240,9 @@ FOLDER_LOCK_NAME = ".grpo-magic.lock"
 
 def busy_folder_message(folder: Path, holder: Holder | None) -> str:
     who = holder.describe() if holder is not None else "a process whose lock names no holder"
-    return (f"Output folder {folder} is in use by another run, {who}; use another --project-name, or stop that run "
-            "first.")
+    return (
+        f"Output folder {folder} is in use by another run, {who}; use another --project-name, or stop that run first."
+    )
 
 
 def folder_lock(folder: Path, what: str) -> ProcessLock:
@@ -250,5 +262,7 @@ def take_over_note(folder: Path, lock: ProcessLock) -> str | None:
     dead = lock.taken_over
     if dead is None:
         return None
-    return (f"took over the lock of {folder} from {dead.describe()}, which ended without releasing it (killed?); "
-            "its run log and checkpoints are kept")
+    return (
+        f"took over the lock of {folder} from {dead.describe()}, which ended without releasing it (killed?); "
+        "its run log and checkpoints are kept"
+    )

@@ -25,6 +25,10 @@ from .text import finite, show
 #: Form sections, in display order.
 GROUPS = ("Model", "Environment", "GRPO", "Generation", "Optimization", "LoRA", "vLLM", "Output")
 
+#: ``grpo-magic train``'s output folder when no --project-name is given: the seed's, so that a script run again
+#: or ``--resume`` finds its folder. Elsewhere no project_name means a new folder per run (``folders``).
+CLI_PROJECT_NAME = "grpo-run"
+
 LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo")
 
 
@@ -50,7 +54,11 @@ class GRPOParams:
         "Model",
         required=True, checkpoint=True,
     )
-    project_name: str = _p("grpo-run", "Output folder of the run (weights, checkpoints, run log).", "Model", path=True)
+    project_name: str | None = _p(
+        None, "Output folder of the run (weights, checkpoints, run log); empty: a new folder grpo-runs/ENV-DATE-TIME "
+        f"for each run (grpo-magic train: {CLI_PROJECT_NAME}).", "Model", path=True,
+        placeholder="a new folder grpo-runs/ENV-DATE-TIME",
+    )
     trainer: str = _p("grpo", "Trainer to use; grpo_magic trains with GRPO only.", "Model", choices=("grpo",))
 
     # Environment

@@ -33,6 +33,7 @@ from .events import (
     StepLogged,
     read_run_log,
 )
+from .folders import describe_resume, new_run_folder, resume_folder
 from .locking import ProcessLock, folder_lock, process_kind, take_over_note
 from .params import GRPOParams
 from .preflight import prepare
@@ -460,6 +461,14 @@ def train(
     with _ACTIVE_LOCK:
         _refuse_if_training()  # before the slow checks; again below, where the new run takes the slot
     params, prepared, model_path, tokenizer = prepare(params, env)
+    if params.project_name is None:  # a folder of its own (folders): runs side by side never share one
+        if resume:
+            folder = resume_folder(prepared.spec.name)
+            if is_main_process():
+                print(f"grpo-magic: {describe_resume(folder)}", file=sys.stderr, flush=True)
+        else:
+            folder = new_run_folder(prepared.spec.name, processes=world_size(), create=is_main_process())
+        params = params.replace(project_name=str(folder))
     output_dir = Path(params.project_name).expanduser().resolve()
     checkpoint = checkpoint_to_resume(output_dir, params, processes=world_size()) if resume else None
 
