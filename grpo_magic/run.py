@@ -407,15 +407,27 @@ def _release_folder(run: GRPORun) -> None:
         lock.release()
 
 
-def _history_before(output_dir: Path, step: int) -> list[dict[str, Any]]:
-    """The metrics of steps 1..``step`` from the run log, so that a resumed run's history is whole."""
+def _run_before(output_dir: Path, step: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The metrics and the episode errors of steps 1..``step`` from the run log, so that a resumed run's are whole.
+
+    A resumed run redoes the steps after its checkpoint: for each step, the latest attempt's record wins.
+    """
     if not (output_dir / RUN_LOG_NAME).exists():
-        return []
+        return [], []
     history: dict[int, dict[str, Any]] = {}
+    errors: dict[int, list[dict[str, Any]]] = {}
+    attempt, errors_attempt = 0, {}
     for event in read_run_log(output_dir):
-        if isinstance(event, StepLogged) and event.step <= step:
-            history[event.step] = {"step": event.step, **event.metrics}  # a later attempt at a step wins
-    return [history[s] for s in sorted(history)]
+        if isinstance(event, RunStarted):
+            attempt += 1
+        elif isinstance(event, StepLogged) and event.step <= step:
+            history[event.step] = {"step": event.step, **event.metrics}
+        elif isinstance(event, EpisodeError) and event.step <= step:
+            if errors_attempt.get(event.step) != attempt:  # a later attempt at this step: its errors replace these
+                errors[event.step], errors_attempt[event.step] = [], attempt
+            errors[event.step].append({"step": event.step, "index": event.index, "kind": event.kind,
+                                       "message": event.message, "traceback": event.traceback})
+    return [history[s] for s in sorted(history)], [e for s in sorted(errors) for e in errors[s]]
 
 
 def _set_aside_old_log(output_dir: Path) -> None:
@@ -474,8 +486,10 @@ def train(
 
     run = GRPORun(params, prepared.spec.name, output_dir)
     run._prepared, run._tokenizer, run._env_hash = prepared, tokenizer, source_hash(prepared.spec)
-    if checkpoint is not None:  # the steps before the checkpoint are part of this run's history
-        run.history = _history_before(output_dir, checkpoint_step(checkpoint))
+    if checkpoint is not None:  # the steps before the checkpoint are part of this run: metrics and episode errors
+        run.history, errors = _run_before(output_dir, checkpoint_step(checkpoint))
+        run.errors.extend(errors)
+        run.error_count = len(errors)
         run.step = run.history[-1]["step"] if run.history else 0
     subscribers: list[Callable[[Event], None]] = []
     trainer_callbacks: list[Any] = []
