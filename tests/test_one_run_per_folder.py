@@ -393,3 +393,90 @@ def test_the_form_answers_a_config_too_deep_or_too_large_in_one_sentence(shell, 
     assert words in message and "pass its path in the config" in message and "\n" not in message
     with pytest.raises(UsageError, match=words):
         shell.run_cell_magic("grpo_env", f"Letters --config '{config}'", LETTERS_CELL)
+
+
+# ---------------------------------------------------------------- one build per cached model, between processes
+
+BUILD = """
+import sys, time
+from grpo_magic.models.cache import cached_folder
+
+def build(dest):
+    (dest / "part").write_text(sys.argv[1])
+    if sys.argv[1] == "dies":
+        print("building", flush=True)
+        time.sleep(600)  # killed here, half-way
+    return {"by": sys.argv[1]}
+
+print(cached_folder("fake-v1", build), flush=True)
+"""
+
+
+def test_a_build_that_died_half_way_is_waited_for_then_detected_and_redone(tmp_path):
+    cache = tmp_path / "cache"
+    env = _env(tmp_path, GRPO_MAGIC_CACHE=str(cache))
+    dying = subprocess.Popen([sys.executable, "-c", BUILD, "dies"], env=env, stdout=subprocess.PIPE, text=True)
+    waiter = None
+    try:
+        assert dying.stdout.readline().strip() == "building"
+        assert len(list(cache.glob(".fake-v1.tmp-*"))) == 1  # its half-built folder
+        err = tmp_path / "waiter.err"
+        with open(err, "w") as stream:
+            waiter = subprocess.Popen([sys.executable, "-c", BUILD, "finishes"], env=env, stdout=subprocess.PIPE,
+                                      stderr=stream, text=True)
+        _wait_until(lambda: "waiting for" in err.read_text(), waiter, timeout=120)
+        dying.send_signal(signal.SIGKILL)
+        out, _ = waiter.communicate(timeout=120)
+    finally:
+        for proc in (dying, waiter):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+    assert waiter.returncode == 0
+    lines = err.read_text().strip().splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("grpo_magic: waiting for python -c, building fake-v1 (process "
+                               f"{dying.pid} on {HOST}, since 20") and lines[0].endswith("its files are used then")
+    assert lines[1] == (f"grpo_magic: a build of fake-v1 by python -c, building fake-v1 (process {dying.pid} on "
+                        f"{HOST}, since {lines[1].split('since ')[1].split(')')[0]}) stopped half-way; discarding it and "
+                        "building again")
+    folder = Path(out.strip())
+    assert folder == cache / "fake-v1" and (folder / "part").read_text() == "finishes"
+    marker = json.loads((folder / "grpo_magic_build.json").read_text())
+    assert marker["by"] == "finishes" and marker["built_by"]["pid"] == waiter.pid
+    assert not list(cache.glob(".fake-v1.tmp-*")) and not (cache / ".fake-v1.lock.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_two_processes_that_need_tiny_math_on_an_empty_cache_build_it_once_and_both_train(tmp_path):
+    cache = tmp_path / "cache"
+    env = _env(tmp_path, GRPO_MAGIC_CACHE=str(cache))
+    argv = [sys.executable, "-m", "grpo_magic", "train", "--model", "tiny-math", "--rl-env-module", "envs.addition",
+            "--rl-env-class", "AdditionEnv", "--batch-size", "8", "--rl-num-generations", "4", "--rl-max-new-tokens",
+            "8", "--lr", "5e-4", "--rl-kl-coef", "0", "--max-steps", "2", "--quiet"]
+    procs = {name: subprocess.Popen([*argv, "--project-name", name], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, text=True) for name in ("a", "b")}
+    errs = {}
+    try:
+        for name, proc in procs.items():
+            errs[name] = proc.communicate(timeout=1700)[1]
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    assert all(proc.returncode == 0 for proc in procs.values()), errs
+    built = [n for n, e in errs.items() if "building the offline model 'tiny-math'" in e]
+    waited = [n for n, e in errs.items() if "waiting for grpo-magic train, building tiny-math" in e]
+    assert len(built) == 1 and waited == [n for n in errs if n not in built], errs  # one build, the other waited
+    assert errs[waited[0]].count("waiting for") == 1
+    folders = sorted(p.name for p in cache.iterdir() if not p.name.startswith("."))
+    assert len(folders) == 2 and any(f.startswith("tiny-math") for f in folders)  # tiny-math and the tiny it starts from
+    assert not list(cache.glob(".*.tmp-*")) and not list(cache.glob("*.lock.json"))
+    math_folder = next(cache / f for f in folders if f.startswith("tiny-math"))
+    marker = json.loads((math_folder / "grpo_magic_build.json").read_text())
+    assert marker["built_by"]["pid"] == procs[built[0]].pid
+    for name in ("a", "b"):
+        events = list(read_run_log(tmp_path / name))
+        assert events[-1].status == "completed" and _steps(tmp_path / name) == [1, 2]
+    # Both trained from the very same files with the same seed: the same weights, byte for byte.
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
