@@ -29,7 +29,7 @@ from typing import Any
 from .distributed import LAUNCHED_ENV, inside_launch
 from .errors import GRPOMagicError
 from .locking import refuse_if_in_use
-from .params import GRPOParams
+from .params import CLI_PROJECT_NAME, GRPOParams
 from .preflight import check_launch, server_answers
 from .text import plural
 
@@ -176,6 +176,8 @@ def plan_launch(params: GRPOParams, options: LaunchOptions, *, gpus: list[str] |
     """
     options.check()
     gpus = visible_gpus() if gpus is None else gpus
+    if params.project_name is None:  # the terminal's folder, as grpo-magic train names it (params.CLI_PROJECT_NAME)
+        params = params.replace(project_name=CLI_PROJECT_NAME)
     output_dir = Path(params.project_name).expanduser().resolve()
     split = params.use_vllm and params.vllm_mode == "server" and not params.vllm_server_url
     if inside_launch():
