@@ -257,7 +257,8 @@ def test_a_run_killed_with_sigkill_leaves_a_stale_lock_that_the_next_run_takes_o
         killed.wait(30)
     sidecar = json.loads((folder / (FOLDER_LOCK_NAME + ".json")).read_text())
     assert sidecar["pid"] == killed.pid and sidecar["host"] == HOST  # what the dead run left: a stale lock
-    assert probe(folder / FOLDER_LOCK_NAME) == (False, probe(folder / FOLDER_LOCK_NAME)[1])  # the kernel freed it
+    busy, holder = probe(folder / FOLDER_LOCK_NAME)
+    assert not busy and holder is not None and holder.pid == killed.pid  # the kernel freed it; the sidecar stayed
 
     resumed = subprocess.run(_cli("--project-name", "killed", "--resume"), cwd=tmp_path, env=_env(tmp_path),
                              capture_output=True, text=True, timeout=300)
@@ -292,7 +293,8 @@ def test_a_lock_kept_open_by_a_fork_of_a_dead_holder_is_broken_and_taken_over(tm
                          text=True, timeout=120, start_new_session=True)
     dead = int(out.stdout.strip())
     try:
-        assert probe(path) == (False, probe(path)[1])  # its holder is gone: not in use, though the fork holds it open
+        busy, holder = probe(path)
+        assert not busy and holder.pid == dead  # its holder is gone: not in use, though the fork holds it open
         lock = ProcessLock(path, "the next one").acquire()
         assert lock.taken_over is not None and lock.taken_over.pid == dead
         with pytest.raises(Busy, match=r"held by the next one \(process \d+ on .*, since 20"):
