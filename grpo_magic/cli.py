@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .errors import GRPOMagicError
-from .params import GROUPS, GRPOParams
+from .params import CLI_PROJECT_NAME, GROUPS, GRPOParams
 from .redaction import redact
 
 PROG = "grpo-magic"
@@ -282,6 +282,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         params = params_from_namespace(args)
+        if params.project_name is None:  # the seed's default folder (params.CLI_PROJECT_NAME)
+            params = params.replace(project_name=CLI_PROJECT_NAME)
         plan = plan_launch(params, LaunchOptions.from_namespace(args))
         if args.dry_run:
             print(redact(plan.describe()))  # the commands carry --rl-env-config: no token in what we print

@@ -335,14 +335,19 @@ class EpisodeRunner:
         tickets = [Ticket() for _ in range(n)]
         done = threading.Condition()
         cuda_device = submitter_cuda_device()  # this step's: threads are kept between steps (EpisodeThreads)
+        # When each episode began in its thread: its timeout counts from there, not from its submission, so that
+        # a busy machine that is slow to schedule a thread never times out an episode that has not run yet.
+        began: dict[int, float] = {}
 
         def work(i: int) -> None:
             ticket = tickets[i]
             with done:
-                if results[i] is not None:  # timed out before a thread took it: never runs
+                if results[i] is not None:  # given up before a thread took it: never runs
                     self.guard.finish(ticket)
                     return
                 ticket.started = True
+                began[i] = time.monotonic()
+                done.notify_all()  # its deadline is known now
             no_grad_for_this_thread(cuda_device)
             token = _TICKET.set(ticket)
             try:
@@ -358,26 +363,27 @@ class EpisodeRunner:
                 done.notify_all()
 
         queue = list(range(n))
-        running: dict[int, float] = {}
+        running: set[int] = set()
         with done:
             while queue or running:
                 while queue and len(running) < self.workers:
                     i = queue.pop(0)
-                    running[i] = time.monotonic()
+                    running.add(i)
                     if self._threads is None:
                         self._threads = EpisodeThreads()
                     self._threads.submit(lambda i=i: work(i))
                 now = time.monotonic()
-                for i, started in list(running.items()):
+                for i in list(running):
                     if results[i] is not None:
-                        del running[i]
-                    elif self.timeout is not None and now - started >= self.timeout:
+                        running.discard(i)
+                    elif self.timeout is not None and i in began and now - began[i] >= self.timeout:
                         results[i] = timeout_outcome(self.timeout)
                         self.guard.abandon(tickets[i], model)
-                        del running[i]
+                        running.discard(i)
                 if running and (not queue or len(running) >= self.workers):
-                    wait = 0.5 if self.timeout is None else max(
-                        0.001, min(self.timeout - (time.monotonic() - s) for s in running.values()))
+                    timeout = self.timeout
+                    deadlines = [timeout - (time.monotonic() - began[i]) for i in running if i in began] if timeout is not None else []
+                    wait = max(0.001, min(deadlines)) if deadlines else 0.5
                     done.wait(timeout=wait)
         return [r if r is not None else timeout_outcome(self.timeout or 0) for r in results]
 

@@ -207,7 +207,8 @@ class TrainForm:
         elif kind is float and not GRPOParams.is_optional(name):
             widget = w.FloatText(value=value, continuous_update=True, **common)
         else:  # strings, and optional numbers (empty means None)
-            widget = w.Text(value="" if value is None else str(value), continuous_update=True, **common)
+            widget = w.Text(value="" if value is None else str(value), continuous_update=True,
+                            placeholder=meta.get("placeholder", ""), **common)
         _set_tooltip(widget, meta.get("help", ""))
         return widget
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from .distributed import LAUNCHED_ENV, inside_launch
 from .errors import GRPOMagicError
+from .locking import refuse_if_in_use
 from .machines import (  # noqa: F401 - re-exported: launch is where callers look for them
     DEFAULT_MAIN_PROCESS_PORT,
     DEFAULT_SERVER_PORT,
@@ -37,7 +38,7 @@ from .machines import (  # noqa: F401 - re-exported: launch is where callers loo
     LaunchOptions,
     parse_endpoint,
 )
-from .params import GRPOParams
+from .params import CLI_PROJECT_NAME, GRPOParams
 from .preflight import check_launch, server_answers
 from .text import plural
 
@@ -167,6 +168,8 @@ def plan_launch(params: GRPOParams, options: LaunchOptions, *, gpus: list[str] |
     """
     options.check()
     gpus = visible_gpus() if gpus is None else gpus
+    if params.project_name is None:  # the terminal's folder, as grpo-magic train names it (params.CLI_PROJECT_NAME)
+        params = params.replace(project_name=CLI_PROJECT_NAME)
     output_dir = Path(params.project_name).expanduser().resolve()
     split = params.use_vllm and params.vllm_mode == "server" and not params.vllm_server_url
     if inside_launch():
@@ -451,6 +454,9 @@ def execute(plan: LaunchPlan, params: GRPOParams) -> int:
     The server is stopped however training ends: success, failure, Ctrl-C or SIGTERM.
     """
     check_launch(params, processes=plan.num_processes, server_url=plan.server_url, gpus=bool(plan.gpus))
+    # A folder another run trains into is refused here, before any process starts; the main training process
+    # takes the folder's lock itself (a run that starts meanwhile is refused there).
+    refuse_if_in_use(plan.output_dir)
     server: subprocess.Popen | None = None
     trainer: subprocess.Popen | None = None
 

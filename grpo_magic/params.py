@@ -21,12 +21,17 @@ from typing import Any
 from . import trl_settings as _trl_settings
 from .distributed import world_size
 from .errors import GRPOMagicError
+from .json_config import parse_json
 from .recipes import NAMES as RECIPE_NAMES
 from .recipes import RECIPES, unknown_recipe_message
 from .text import finite, show
 
 #: Form sections, in display order.
 GROUPS = ("Model", "Environment", "GRPO", "Generation", "Optimization", "LoRA", "vLLM", "Evaluation", "Output")
+
+#: ``grpo-magic train``'s output folder when no --project-name is given: the seed's, so that a script run again
+#: or ``--resume`` finds its folder. Elsewhere no project_name means a new folder per run (``folders``).
+CLI_PROJECT_NAME = "grpo-run"
 
 
 def _p(default: Any, help: str, group: str, **meta: Any) -> Any:
@@ -52,7 +57,11 @@ class GRPOParams:
         "Model",
         required=True, checkpoint=True,
     )
-    project_name: str = _p("grpo-run", "Output folder of the run (weights, checkpoints, run log).", "Model", path=True)
+    project_name: str | None = _p(
+        None, "Output folder of the run (weights, checkpoints, run log); empty: a new folder grpo-runs/ENV-DATE-TIME "
+        f"for each run (grpo-magic train: {CLI_PROJECT_NAME}).", "Model", path=True,
+        placeholder="a new folder grpo-runs/ENV-DATE-TIME",
+    )
     trainer: str = _p("grpo", "Trainer to use; grpo_magic trains with GRPO only.", "Model", choices=("grpo",))
 
     # Environment
@@ -334,10 +343,9 @@ class GRPOParams:
             fix = f"use {flag} {choices[0]}" if len(choices) == 1 else cls._use(name, "use one of them")
             return f"{label} must be one of {', '.join(choices)}, not {value!r}; {fix}."
         if meta.get("json_object"):
-            try:
-                parsed = json.loads(value)
-            except json.JSONDecodeError as exc:
-                return f"{label} is not valid JSON ({exc.msg} at character {exc.pos}); write a JSON object such as '{{\"max_turns\": 3}}'."
+            parsed, problem = parse_json(value, label)
+            if problem:
+                return problem
             if not isinstance(parsed, dict):
                 return (f"{label} must be a JSON object, got {type(parsed).__name__}; write the constructor's keyword "
                         "arguments as one, such as '{\"max_turns\": 3}'.")

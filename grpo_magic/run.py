@@ -46,6 +46,8 @@ from .events import (
     StepLogged,
     read_run_log,
 )
+from .folders import describe_resume, new_run_folder, resume_folder
+from .locking import ProcessLock, folder_lock, process_kind, take_over_note
 from .params import GRPOParams
 from .preflight import prepare
 from .redaction import redact, redact_library_logs
@@ -129,6 +131,8 @@ class GRPORun:
         self._reward: EnvReward | None = None
         self._pending_swap: tuple[Any, Callable[[int], None], Callable[[], Any] | None] | None = None
         self._swap_lock = threading.Lock()
+        #: The output folder's lock (main process only), released when the run has ended.
+        self._folder_lock: ProcessLock | None = None
 
     def __repr__(self) -> str:
         total = f"/{self.max_steps}" if self.max_steps else ""
@@ -470,20 +474,42 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
             trainer = model = reward = callback = None
             restore_environment(environment)
             free_gpu_memory()
-        run.events.emit(RunFinished(status=status, reason=redact(reason), output_dir=str(run.output_dir),
-                                    steps=run.step, saved=saved))
-        run._finished.set()
+        try:
+            run.events.emit(RunFinished(status=status, reason=redact(reason), output_dir=str(run.output_dir),
+                                        steps=run.step, saved=saved))
+        finally:
+            _release_folder(run)
+            run._finished.set()
 
 
-def _history_before(output_dir: Path, step: int) -> list[dict[str, Any]]:
-    """The metrics of steps 1..``step`` from the run log, so that a resumed run's history is whole."""
+def _release_folder(run: GRPORun) -> None:
+    """The run is over, however it ended (completed, Stop, a signal, a failure): the folder is free again."""
+    lock, run._folder_lock = run._folder_lock, None
+    if lock is not None:
+        lock.release()
+
+
+def _run_before(output_dir: Path, step: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The metrics and the episode errors of steps 1..``step`` from the run log, so that a resumed run's are whole.
+
+    A resumed run redoes the steps after its checkpoint: for each step, the latest attempt's record wins.
+    """
     if not (output_dir / RUN_LOG_NAME).exists():
-        return []
+        return [], []
     history: dict[int, dict[str, Any]] = {}
+    errors: dict[int, list[dict[str, Any]]] = {}
+    attempt, errors_attempt = 0, {}
     for event in read_run_log(output_dir):
-        if isinstance(event, StepLogged) and event.step <= step:
-            history[event.step] = {"step": event.step, **event.metrics}  # a later attempt at a step wins
-    return [history[s] for s in sorted(history)]
+        if isinstance(event, RunStarted):
+            attempt += 1
+        elif isinstance(event, StepLogged) and event.step <= step:
+            history[event.step] = {"step": event.step, **event.metrics}
+        elif isinstance(event, EpisodeError) and event.step <= step:
+            if errors_attempt.get(event.step) != attempt:  # a later attempt at this step: its errors replace these
+                errors[event.step], errors_attempt[event.step] = [], attempt
+            errors[event.step].append({"step": event.step, "index": event.index, "kind": event.kind,
+                                       "message": event.message, "traceback": event.traceback})
+    return [history[s] for s in sorted(history)], [e for s in sorted(errors) for e in errors[s]]
 
 
 def _set_aside_old_log(output_dir: Path) -> None:
@@ -529,13 +555,23 @@ def train(
     with _ACTIVE_LOCK:
         _refuse_if_training()  # before the slow checks; again below, where the new run takes the slot
     params, prepared, model_path, tokenizer = prepare(params, env)
+    if params.project_name is None:  # a folder of its own (folders): runs side by side never share one
+        if resume:
+            folder = resume_folder(prepared.spec.name)
+            if is_main_process():
+                print(f"grpo-magic: {describe_resume(folder)}", file=sys.stderr, flush=True)
+        else:
+            folder = new_run_folder(prepared.spec.name, processes=world_size(), create=is_main_process())
+        params = params.replace(project_name=str(folder))
     output_dir = Path(params.project_name).expanduser().resolve()
     checkpoint = checkpoint_to_resume(output_dir, params, processes=world_size()) if resume else None
 
     run = GRPORun(params, prepared.spec.name, output_dir)
     run._prepared, run._tokenizer, run._env_hash = prepared, tokenizer, source_hash(prepared.spec)
-    if checkpoint is not None:  # the steps before the checkpoint are part of this run's history
-        run.history = _history_before(output_dir, checkpoint_step(checkpoint))
+    if checkpoint is not None:  # the steps before the checkpoint are part of this run: metrics and episode errors
+        run.history, errors = _run_before(output_dir, checkpoint_step(checkpoint))
+        run.errors.extend(errors)
+        run.error_count = len(errors)
         run.step = run.history[-1]["step"] if run.history else 0
         run.evals = evals_before(output_dir, checkpoint_step(checkpoint))  # and its baseline stays the first
     subscribers: list[Callable[[Event], None]] = []
@@ -543,29 +579,41 @@ def train(
     for cb in callbacks or ():
         (trainer_callbacks if hasattr(cb, "on_step_end") else subscribers).append(cb)
     if is_main_process():
+        # One run per folder, between processes too: the lock comes before anything in the folder is touched.
         output_dir.mkdir(parents=True, exist_ok=True)
-        if not resume:
-            _set_aside_old_log(output_dir)
-        log = RunLog(output_dir)
-        run.events.subscribe(log)
-        run.events.subscribe(lambda e: log.close() if isinstance(e, RunFinished) else None)
-        if display if display is not None else in_notebook():
-            from .dashboard import Dashboard
+        run._folder_lock = folder_lock(output_dir, f"{process_kind()}, training {prepared.spec.name} on {params.model}")
+    try:
+        note = take_over_note(output_dir, run._folder_lock) if run._folder_lock is not None else None
+        if note:
+            print(f"grpo-magic: note: {note}", file=sys.stderr, flush=True)
+        if is_main_process():
+            if not resume:
+                _set_aside_old_log(output_dir)  # no other run holds the folder: its log is nobody's any more
+            log = RunLog(output_dir)
+            run.events.subscribe(log)
+            run.events.subscribe(lambda e: log.close() if isinstance(e, RunFinished) else None)
+            if display if display is not None else in_notebook():
+                from .dashboard import Dashboard
 
-            run.dashboard = Dashboard(on_stop=run.stop, run_log=str(run.run_log))
-            if checkpoint is not None:  # the dashboard continues the run: its steps so far, from the run log
-                run.dashboard.feed(read_run_log(output_dir, skipped=run.dashboard.view.notes))
-            run.events.subscribe(run.dashboard)
-            run.show_dashboard(display if callable(display) else None)
-        for subscriber in subscribers:
-            run.events.subscribe(subscriber)
+                run.dashboard = Dashboard(on_stop=run.stop, run_log=str(run.run_log))
+                if checkpoint is not None:  # the dashboard continues the run: its steps so far, from the run log
+                    run.dashboard.feed(read_run_log(output_dir, skipped=run.dashboard.view.notes))
+                run.events.subscribe(run.dashboard)
+                run.show_dashboard(display if callable(display) else None)
+            for subscriber in subscribers:
+                run.events.subscribe(subscriber)
 
-    with _ACTIVE_LOCK:
-        _refuse_if_training()
-        _ACTIVE = _LAST = run
-    run.events.emit(RunStarted(params=params.to_dict(), env_name=prepared.spec.name, model=params.model or "",
-                               output_dir=str(output_dir), max_steps=params.max_steps,
-                               trl_config=params.trl_differences()))
+        with _ACTIVE_LOCK:
+            _refuse_if_training()
+            _ACTIVE = _LAST = run
+        run.events.emit(RunStarted(params=params.to_dict(), env_name=prepared.spec.name, model=params.model or "",
+                                   output_dir=str(output_dir), max_steps=params.max_steps,
+                                   trl_config=params.trl_differences()))
+        if note:
+            run.events.emit(StatusChanged(status="starting", message=note))
+    except BaseException:
+        _release_folder(run)
+        raise
     args = (run, params, prepared, model_path, tokenizer, trainer_callbacks, checkpoint)
     if blocking:
         # In the main thread (a script, Colab, a launched process), Ctrl-C and SIGTERM are Stop (signals).

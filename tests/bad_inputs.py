@@ -67,6 +67,10 @@ def _build(body: str) -> dict[str, str]:
     return {"build": "    def build_dataset(self, tokenizer):\n" + body}
 
 
+#: JSON that Python's parser cannot take (it recurses per level) and JSON too long for a command line.
+DEEP_CONFIG = "[" * 30_000 + "]" * 30_000
+HUGE_CONFIG = '{"letter": "a", "cases": [' + ", ".join(['"' + "x" * 98 + '"'] * 2_000) + "]}"
+
 ENV_ROWS: list[BadInput] = [
     BadInput("env module missing", ("'no_such_envs'", "--rl-env-module"),
              params={"rl_env_module": "no_such_envs.hotel", "rl_env_class": "Env"}),
@@ -132,6 +136,15 @@ ENV_ROWS: list[BadInput] = [
     BadInput("rl_env_config not JSON", ("not valid JSON", '{"max_turns": 3}'),
              params={"rl_env_config": "{max_turns: 3}"}, surfaces=ENV_SURFACES, env=env_source(),
              cell_line="--config '{max_turns: 3}'"),
+    BadInput("rl_env_config nested too deep (30,000 lists)", ("nests deeper than 100 levels", "flatten it"),
+             params={"rl_env_config": DEEP_CONFIG}, surfaces=ENV_SURFACES, env=env_source(),
+             cell_line=f"--config '{DEEP_CONFIG}'"),
+    BadInput("rl_env_config too large (200 KB)", ("characters long", "the data in a file"),
+             params={"rl_env_config": HUGE_CONFIG}, surfaces=ENV_SURFACES, env=env_source(),
+             cell_line=f"--config '{HUGE_CONFIG}'"),
+    BadInput("rl_env_config with a 5000-digit number", ("more than 4300 digits", "write it as a string"),
+             params={"rl_env_config": '{"letter": ' + "7" * 5000 + "}"}, surfaces=ENV_SURFACES, env=env_source(),
+             cell_line="--config '{\"letter\": " + "7" * 5000 + "}'"),
     BadInput("rl_env_config not an object", ("JSON object", "list"),
              params={"rl_env_config": "[1, 2]"}, surfaces=ENV_SURFACES, env=env_source(), cell_line="--config '[1, 2]'"),
 ]

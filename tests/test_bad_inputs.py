@@ -91,7 +91,9 @@ def _setup(row: BadInput, surface: str, tmp, monkeypatch) -> dict:
             "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
     elif row.setup == "checkpoint":
-        _write_checkpoint(tmp / params.get("project_name", "grpo-run"), {**before, **row.checkpoint})
+        # Where a resume without --project-name looks: grpo-run for the CLI, the env's newest grpo-runs/ folder elsewhere.
+        default = "grpo-run" if surface == "cli" else "grpo-runs/LettersEnv-20260101-000000"
+        _write_checkpoint(tmp / params.get("project_name", default), {**before, **row.checkpoint})
     return params
 
 

@@ -8,6 +8,7 @@ the saved weights: the saved weights are those of the last completed step.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -112,13 +113,12 @@ class HangingEnv(LettersEnv):
 
     def __init__(self) -> None:
         super().__init__()
-        self.calls = 0
+        self.calls = itertools.count(1)  # next() is atomic; `calls += 1` from 2 episode threads can lose a count
         self.hung_returned = 0  # hung episodes that got past their wait
         self.release = threading.Event()
 
     def score_episode(self, model, tokenizer, completion, letter):
-        self.calls += 1
-        if self.calls % 8 == 1:
+        if next(self.calls) % 8 == 1:
             self.release.wait(60)
             self.hung_returned += 1
         return super().score_episode(model, tokenizer, completion, letter)

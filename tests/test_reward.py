@@ -131,7 +131,7 @@ def test_async_episodes_of_one_step_run_concurrently():
 
 def test_sync_episodes_overlap_in_worker_threads():
     n, workers = 8, 4
-    barrier = threading.Barrier(workers, timeout=5)
+    barrier = threading.Barrier(workers, timeout=60)  # only a sequential runner waits that long: it fails then
 
     class Env(Seen):
         def score_episode(self, model, tokenizer, completion):

@@ -78,7 +78,7 @@ def test_a_failed_runs_reason_quotes_the_traceback_without_the_token(in_tmp, tok
         train(GRPOParams(**FAST, max_steps=2, rl_max_error_rate=0.1), LeakyEnv)
     assert "PermissionError" in str(info.value)
     _assert_clean(str(info.value))
-    _assert_clean((in_tmp / "grpo-run" / "events.jsonl").read_text())
+    _assert_clean((grpo_magic.last_run().output_dir / "events.jsonl").read_text())
 
 
 def test_redact_leaves_ordinary_text_alone(monkeypatch):

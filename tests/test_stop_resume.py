@@ -228,6 +228,48 @@ def test_sigterm_to_one_of_two_torchrun_processes_stops_both_at_the_same_step_wi
     assert last_checkpoint(out) == str(out / f"checkpoint-{stopped_at}")
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def test_sigterm_to_the_launcher_of_two_processes_stops_both_with_a_checkpoint_the_weights_and_143(tmp_path):
+    """``grpo-magic train --num-processes 2`` on CPU starts torchrun itself; SIGTERM to it is SIGTERM to the run."""
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "grpo_magic", "train", *CLI, "--batch-size", "4", "--max-steps", "500",
+         "--project-name", "out", "--num-processes", "2", "--quiet"],
+        cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    started: list[int] = []
+    try:
+        _wait_for(lambda: (out / "events.jsonl").exists() and len(_steps(out)) >= 1, proc)
+        (torchrun,) = _children(proc.pid)
+        started = [torchrun, *_children(torchrun)]
+        assert len(started) == 3  # torchrun and its two training processes
+        proc.send_signal(signal.SIGTERM)  # to the launcher alone, as a scheduler or `timeout` sends it
+        _, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err[-3000:]
+    # Our processes print no traceback; torchrun prints its own on the SIGTERM it gets (SignalException).
+    ours, _, torchrun_report = err.partition("Traceback (most recent call last)")
+    assert "grpo-magic: stopped after" in ours and "Traceback" not in torchrun_report, err[-3000:]
+    assert not torchrun_report or torchrun_report.rstrip().endswith(f"Process {torchrun} got signal: 15"), err[-3000:]
+    events = list(read_run_log(out))
+    finished = events[-1]
+    assert isinstance(finished, RunFinished) and finished.status == "stopped" and "SIGTERM" in finished.reason
+    stopped_at = _steps(out)[-1]
+    assert finished.steps == stopped_at and (out / "model.safetensors").exists()
+    assert str(out) in finished.saved and str(out / f"checkpoint-{stopped_at}") in finished.saved
+    _complete(out / f"checkpoint-{stopped_at}", stopped_at, processes=2)
+    assert sum(isinstance(e, RunStarted) for e in events) == 1  # one run, written by the main process
+    assert not (out / ".grpo-magic.lock.json").exists()  # its folder is free again
+    assert not [pid for pid in started if Path(f"/proc/{pid}").exists()]  # nothing left running
+
+
 def test_replay_skips_a_line_cut_short_by_a_kill_with_a_note_and_shows_the_rest(in_tmp):
     run = train(GRPOParams(**FAST, max_steps=3, project_name="torn"), LettersEnv())
     log = run.run_log

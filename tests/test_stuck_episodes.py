@@ -16,6 +16,7 @@ import threading
 import time
 
 import torch
+from transformers import TrainerCallback
 
 from envs.letters import LettersEnv
 from grpo_magic import GRPOParams, read_run_log, train
@@ -103,10 +104,7 @@ def test_an_async_envs_own_timeout_error_is_its_error_not_our_timeout():
 
 
 class StuckEnv(LettersEnv):
-    """Step 1's first episode hangs past the timeout until step 3 begins, then tries the policy.
-
-    Step 3's first episode waits until it has returned; step 4 then has nothing abandoned left.
-    """
+    """Step 1's first episode hangs past the timeout until ``release``, then tries the policy."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -116,8 +114,7 @@ class StuckEnv(LettersEnv):
         self.seen: list[str] = []
 
     def score_episode(self, model, tokenizer, completion, letter):
-        call = next(self.calls)
-        if call == 1:
+        if next(self.calls) == 1:
             try:
                 self.release.wait(60)
                 ids = tokenizer("Say a: ", return_tensors="pt").input_ids
@@ -128,10 +125,31 @@ class StuckEnv(LettersEnv):
                 raise
             finally:
                 self.returned.set()
-        elif call == 17:
-            self.release.set()  # step 3 begins: the stuck episode of step 1 goes on
-            self.returned.wait(60)
         return super().score_episode(model, tokenizer, completion, letter)
+
+
+class ReleaseBeforeStep3(TrainerCallback):
+    """Between steps 2 and 3 (training has the policy): release the stuck episode, wait until the runner counted it out.
+
+    The runner counts an episode out in the episode's own thread, after ``score_episode`` returned; the policy
+    guard removes its forward hook from the policy with the last one. Waiting for that, not for the env's own
+    ``finally`` (which races the runner's bookkeeping: the earlier form of this test saw step 4's count still 1
+    on a busy machine), makes every step's count certain: 1, 1, then 0, 0.
+    """
+
+    def __init__(self, env: StuckEnv) -> None:
+        self.env = env
+        self.counted_out: bool | None = None
+
+    def on_step_begin(self, args, state, control, model=None, **kwargs):
+        if state.global_step != 2:
+            return
+        self.env.release.set()
+        assert self.env.returned.wait(60)
+        deadline = time.monotonic() + 60
+        while model._forward_pre_hooks and time.monotonic() < deadline:
+            time.sleep(0.005)
+        self.counted_out = not model._forward_pre_hooks
 
 
 def test_in_a_real_run_the_abandoned_episode_is_barred_and_counted_on_the_dashboard_and_the_terminal(in_tmp):
@@ -144,17 +162,19 @@ def test_in_a_real_run_the_abandoned_episode_is_barred_and_counted_on_the_dashbo
             headers.append(html.progress_text(shown[0].folded()))
 
     terminal = io.StringIO()
+    release = ReleaseBeforeStep3(env)
     try:
         run = train(GRPOParams(model="tiny", batch_size=8, rl_num_generations=4, rl_max_new_tokens=8, max_steps=4,
                                rl_episode_timeout=2.0, rl_env_workers=4, rl_max_error_rate=1.0),
-                    env, display=shown.append, callbacks=[after_step, TerminalProgress(stream=terminal)])
+                    env, display=shown.append, callbacks=[after_step, TerminalProgress(stream=terminal), release])
     finally:
         env.release.set()
     assert run.status == "completed"
     assert env.seen == ["EpisodeAbandoned"]  # it never ran the policy after it was abandoned
+    assert release.counted_out
     events = list(read_run_log(run.output_dir))
     counts = [e.episodes_abandoned for e in events if isinstance(e, StepLogged)]
-    assert counts[:2] == [1, 1] and counts[3] == 0  # during step 3 it returned
+    assert counts == [1, 1, 0, 0]  # still running at the ends of steps 1 and 2; returned before step 3
     assert [(e.step, e.kind) for e in events if isinstance(e, EpisodeError)] == [(1, "timeout")]
     assert "abandoned 1 still running" in terminal.getvalue()
     assert ["1 abandoned episode still running" in h for h in headers] == [c == 1 for c in counts]

@@ -15,7 +15,7 @@ from datasets import Dataset
 from transformers import TrainerCallback
 
 from envs.letters import LettersEnv
-from grpo_magic import GRPOMagicError, GRPOParams, read_run_log, train
+from grpo_magic import GRPOMagicError, GRPOParams, last_run, read_run_log, train
 from grpo_magic.events import EpisodeError, GroupScored, RunFinished, RunStarted, StepLogged
 from tests.run_support import SlowLettersEnv, wait_for_step
 
@@ -130,10 +130,11 @@ def test_an_error_rate_over_the_limit_stops_the_run_with_the_traceback(in_tmp):
         train(GRPOParams(**FAST, max_steps=5), BrokenEnv())
     message = str(info.value)
     assert "8 of 8 episodes failed at step 1" in message and "KeyError: 'room_17'" in message
-    events = list(read_run_log(in_tmp / "grpo-run"))
+    output_dir = last_run().output_dir
+    events = list(read_run_log(output_dir))
     finished = events[-1]
     assert isinstance(finished, RunFinished) and finished.status == "failed" and "room_17" in finished.reason
-    assert (in_tmp / "grpo-run" / "model.safetensors").exists()  # what was trained is never lost
+    assert (output_dir / "model.safetensors").exists()  # what was trained is never lost
 
 
 def test_stop_on_a_background_run_saves_weights_and_log(in_tmp):
@@ -164,8 +165,8 @@ def test_run_log_is_plain_json_lines_matching_the_history(in_tmp):
 
 
 def test_a_second_run_in_the_same_folder_keeps_the_old_log(in_tmp):
-    train(GRPOParams(**FAST, max_steps=1), LettersEnv())
-    train(GRPOParams(**FAST, max_steps=1), LettersEnv())
+    train(GRPOParams(**FAST, max_steps=1, project_name="grpo-run"), LettersEnv())
+    train(GRPOParams(**FAST, max_steps=1, project_name="grpo-run"), LettersEnv())
     assert len(list((in_tmp / "grpo-run").glob("events*.jsonl"))) == 2
 
 

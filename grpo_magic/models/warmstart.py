@@ -29,14 +29,13 @@ import contextlib
 import dataclasses
 import json
 import pathlib
-import sys
 import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from .cache import build_info, cached_folder, is_ready
+from .cache import build_info, cached_folder
 from .tiny import TINY_VERSION, tiny_model_path
 
 #: One example of a corpus: ``{"messages": [...]}``, optionally with ``"tools": [schemas]``.
@@ -90,10 +89,9 @@ class WarmStart:
         """The built model's folder: built on first use (a minute or two on a CPU), then reused."""
         from .cache import cache_dir
 
-        if not is_ready(cache_dir() / self.cache_key):
-            sys.stderr.write(f"grpo_magic: building the offline model '{self.name}' once ({self.description}); "
-                             f"it is cached in {cache_dir() / self.cache_key}\n")
-        return cached_folder(self.cache_key, self.build)
+        announce = (f"grpo_magic: building the offline model '{self.name}' once ({self.description}); it is cached "
+                    f"in {cache_dir() / self.cache_key}")
+        return cached_folder(self.cache_key, self.build, announce=announce)
 
     def info(self) -> dict[str, Any]:
         """What the build recorded (settings, timings, ``check`` results), building it if needed."""
