@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from .errors import GRPOMagicError
+from .events import RUN_LOG_NAME
 from .resume import checkpoint_step, last_checkpoint
 
 #: The parent of the folders runs get when no project_name is given.
@@ -89,3 +90,10 @@ def describe_resume(folder: Path) -> str:
         f"resuming {folder} from step {step}, the newest run of this env under {RUNS_DIR}/ with a checkpoint "
         "(pass --project-name to continue another)"
     )
+
+
+def set_aside_old_log(output_dir: Path) -> None:
+    """A new run in a used folder keeps the old run log under another name: nothing is lost."""
+    log = output_dir / RUN_LOG_NAME
+    if log.exists():
+        log.rename(output_dir / f"events-{time.strftime('%Y%m%d-%H%M%S', time.localtime(log.stat().st_mtime))}.jsonl")

@@ -1,4 +1,5 @@
-"""What a finished run lets go of, so that the next run in the same kernel starts with its memory back.
+"""What a finished run lets go of, so that the next run in the same kernel starts with its memory back (and what
+it says when the GPU ran out of it).
 
 ``run`` calls these at the end of every run (completed, stopped or failed; docs/architecture.md, "GPU path").
 """
@@ -31,3 +32,15 @@ def free_gpu_memory() -> None:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+def oom_hint(exc: BaseException) -> str:
+    """A failure's reason; a GPU out of memory also names the settings that would make the run fit."""
+    text = f"{type(exc).__name__}: {exc}"
+    if "out of memory" in text.lower() or type(exc).__name__ == "OutOfMemoryError":
+        return (
+            f"{text}. The GPU ran out of memory; lower --rl-max-new-tokens, --rl-num-generations or --batch-size "
+            "(with vLLM: --vllm-max-model-length, the context vLLM reserves KV cache for, or "
+            "--vllm-gpu-memory-utilization), or use --peft."
+        )
+    return text

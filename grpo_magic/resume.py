@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import GRPOMagicError
-from .events import RUN_LOG_NAME
+from .events import RUN_LOG_NAME, EpisodeError, RunStarted, StepLogged, read_run_log
 from .params import GRPOParams
 
 
@@ -154,3 +154,26 @@ def checkpoint_to_resume(output_dir: Path, params: GRPOParams, processes: int) -
             f"resume with --num-processes {trained_by}, {afresh}"
         )
     return checkpoint
+
+
+def run_before(output_dir: Path, step: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The metrics and the episode errors of steps 1..``step`` from the run log, so that a resumed run's are whole.
+
+    A resumed run redoes the steps after its checkpoint: for each step, the latest attempt's record wins.
+    """
+    if not (output_dir / RUN_LOG_NAME).exists():
+        return [], []
+    history: dict[int, dict[str, Any]] = {}
+    errors: dict[int, list[dict[str, Any]]] = {}
+    attempt, errors_attempt = 0, {}
+    for event in read_run_log(output_dir):
+        if isinstance(event, RunStarted):
+            attempt += 1
+        elif isinstance(event, StepLogged) and event.step <= step:
+            history[event.step] = {"step": event.step, **event.metrics}
+        elif isinstance(event, EpisodeError) and event.step <= step:
+            if errors_attempt.get(event.step) != attempt:  # a later attempt at this step: its errors replace these
+                errors[event.step], errors_attempt[event.step] = [], attempt
+            errors[event.step].append({"step": event.step, "index": event.index, "kind": event.kind,
+                                       "message": event.message, "traceback": event.traceback})
+    return [history[s] for s in sorted(history)], [e for s in sorted(errors) for e in errors[s]]

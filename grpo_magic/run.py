@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -46,13 +45,13 @@ from .events import (
     StepLogged,
     read_run_log,
 )
-from .folders import describe_resume, new_run_folder, resume_folder
+from .folders import describe_resume, new_run_folder, resume_folder, set_aside_old_log
 from .locking import ProcessLock, folder_lock, process_kind, take_over_note
 from .params import GRPOParams
 from .preflight import prepare
 from .redaction import redact, redact_library_logs
-from .release import forget_frames, free_gpu_memory
-from .resume import checkpoint_step, checkpoint_to_resume, complete_checkpoint
+from .release import forget_frames, free_gpu_memory, oom_hint
+from .resume import checkpoint_step, checkpoint_to_resume, complete_checkpoint, run_before
 from .reward import BatchRecord, EnvErrorRateExceeded, EnvReward
 from .run_evals import eval_dict, eval_event, evals_before
 from .signals import StopSignals
@@ -307,17 +306,6 @@ def _emit_scored(run: GRPORun, payloads: list[tuple[BatchRecord, list[float]]], 
         ))
 
 
-def _oom_hint(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    if "out of memory" in text.lower() or type(exc).__name__ == "OutOfMemoryError":
-        return (
-            f"{text}. The GPU ran out of memory; lower --rl-max-new-tokens, --rl-num-generations or --batch-size "
-            "(with vLLM: --vllm-max-model-length, the context vLLM reserves KV cache for, or "
-            "--vllm-gpu-memory-utilization), or use --peft."
-        )
-    return text
-
-
 def _quiet_libraries() -> None:
     """Our event stream is the progress display: silence library progress bars and deprecation noise.
 
@@ -437,7 +425,7 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
     except EnvErrorRateExceeded as exc:
         status, reason, run.exception = "failed", str(exc), exc
     except Exception as exc:  # noqa: BLE001 - any failure ends the run cleanly, with its reason kept
-        status, reason, run.exception = "failed", _oom_hint(exc), exc
+        status, reason, run.exception = "failed", oom_hint(exc), exc
         if lost_other_processes(exc):  # a machine is gone: what this process holds is the last finished step
             reason = lost_processes_reason(exc, run.step + 1)
             checkpoint_saved, why_not = save_alone(trainer, callback)
@@ -487,36 +475,6 @@ def _release_folder(run: GRPORun) -> None:
     lock, run._folder_lock = run._folder_lock, None
     if lock is not None:
         lock.release()
-
-
-def _run_before(output_dir: Path, step: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The metrics and the episode errors of steps 1..``step`` from the run log, so that a resumed run's are whole.
-
-    A resumed run redoes the steps after its checkpoint: for each step, the latest attempt's record wins.
-    """
-    if not (output_dir / RUN_LOG_NAME).exists():
-        return [], []
-    history: dict[int, dict[str, Any]] = {}
-    errors: dict[int, list[dict[str, Any]]] = {}
-    attempt, errors_attempt = 0, {}
-    for event in read_run_log(output_dir):
-        if isinstance(event, RunStarted):
-            attempt += 1
-        elif isinstance(event, StepLogged) and event.step <= step:
-            history[event.step] = {"step": event.step, **event.metrics}
-        elif isinstance(event, EpisodeError) and event.step <= step:
-            if errors_attempt.get(event.step) != attempt:  # a later attempt at this step: its errors replace these
-                errors[event.step], errors_attempt[event.step] = [], attempt
-            errors[event.step].append({"step": event.step, "index": event.index, "kind": event.kind,
-                                       "message": event.message, "traceback": event.traceback})
-    return [history[s] for s in sorted(history)], [e for s in sorted(errors) for e in errors[s]]
-
-
-def _set_aside_old_log(output_dir: Path) -> None:
-    """A new run in a used folder keeps the old run log under another name: nothing is lost."""
-    log = output_dir / RUN_LOG_NAME
-    if log.exists():
-        log.rename(output_dir / f"events-{time.strftime('%Y%m%d-%H%M%S', time.localtime(log.stat().st_mtime))}.jsonl")
 
 
 def _refuse_if_training() -> None:
@@ -569,7 +527,7 @@ def train(
     run = GRPORun(params, prepared.spec.name, output_dir)
     run._prepared, run._tokenizer, run._env_hash = prepared, tokenizer, source_hash(prepared.spec)
     if checkpoint is not None:  # the steps before the checkpoint are part of this run: metrics and episode errors
-        run.history, errors = _run_before(output_dir, checkpoint_step(checkpoint))
+        run.history, errors = run_before(output_dir, checkpoint_step(checkpoint))
         run.errors.extend(errors)
         run.error_count = len(errors)
         run.step = run.history[-1]["step"] if run.history else 0
@@ -588,7 +546,7 @@ def train(
             print(f"grpo-magic: note: {note}", file=sys.stderr, flush=True)
         if is_main_process():
             if not resume:
-                _set_aside_old_log(output_dir)  # no other run holds the folder: its log is nobody's any more
+                set_aside_old_log(output_dir)  # no other run holds the folder: its log is nobody's any more
             log = RunLog(output_dir)
             run.events.subscribe(log)
             run.events.subscribe(lambda e: log.close() if isinstance(e, RunFinished) else None)

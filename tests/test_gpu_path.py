@@ -27,7 +27,8 @@ from grpo_magic import GRPOMagicError, GRPOParams, device, train
 from grpo_magic.cli import main
 from grpo_magic.distributed import TRL_ENV_VARS, inside_launch, world_size
 from grpo_magic.episodes import EpisodeRunner
-from grpo_magic.run import _oom_hint, last_run
+from grpo_magic.release import oom_hint as _oom_hint
+from grpo_magic.run import last_run
 
 REPO = Path(__file__).resolve().parents[1]
 T4, A100 = (7, 5), (8, 0)
