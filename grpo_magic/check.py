@@ -306,15 +306,6 @@ def _load(model_path: str, tokenizer: Any) -> Any:
     return lm
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
-    """Every id that ends a completion, as TRL collects them (the tokenizer's and the model's)."""
-    ids = model.generation_config.eos_token_id
-    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
-    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
-        ids = [tokenizer.eos_token_id, *ids]
-    return ids
-
-
 @dataclass
 class _Generated:
     texts: list[list[str]]
@@ -322,50 +313,29 @@ class _Generated:
     truncated: list[list[bool]]
 
 
-def _prompt_ids(tokenizer: Any, prompt: Any) -> list[int]:
-    """Token ids as TRL makes them: text as is, chat messages through the chat template."""
-    if isinstance(prompt, str):
-        return list(tokenizer(text=prompt)["input_ids"])
-    text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
-    return list(tokenizer(text=text, add_special_tokens=False)["input_ids"])
-
-
 def _generate(model: Any, tokenizer: Any, prompts: list[Any], params: GRPOParams) -> _Generated:
     """``num_generations`` sampled completions per prompt, batched and left-padded as TRL does."""
     import torch
     from transformers import GenerationConfig
 
+    from .generation import eos_ids, generate_groups, prompt_ids
+
     n = params.rl_num_generations
-    eos = _eos_ids(model, tokenizer)
+    eos = eos_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
     config = GenerationConfig(
         max_new_tokens=params.rl_max_new_tokens, do_sample=True, temperature=params.rl_temperature,
         top_k=params.rl_top_k, top_p=params.rl_top_p, pad_token_id=pad, bos_token_id=tokenizer.bos_token_id,
         eos_token_id=eos, disable_compile=True,
     )
-    device = next(model.parameters()).device
     torch.manual_seed(params.seed)
-    encoded = [_prompt_ids(tokenizer, p) for p in prompts]
-    per_call = max(1, MAX_GENERATE_BATCH // n)
+    groups = generate_groups(model, [prompt_ids(tokenizer, p) for p in prompts], config, n=n, pad=pad, eos=eos,
+                             batch_size=MAX_GENERATE_BATCH)
     out = _Generated([], [], [])
-    for start in range(0, len(encoded), per_call):
-        chunk = [ids for ids in encoded[start:start + per_call] for _ in range(n)]  # groups stay contiguous
-        width = max(len(ids) for ids in chunk)
-        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in chunk], device=device)
-        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in chunk], device=device)
-        with torch.no_grad():
-            sequences = model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config)
-        for g in range(len(chunk) // n):
-            texts, ids_group, cut = [], [], []
-            for row in sequences[g * n:(g + 1) * n, width:].tolist():
-                end = next((i for i, tok in enumerate(row) if tok in eos), None)
-                ids = row if end is None else row[:end + 1]
-                ids_group.append(ids)
-                texts.append(tokenizer.decode(ids, skip_special_tokens=True))
-                cut.append(end is None)
-            out.texts.append(texts)
-            out.ids.append(ids_group)
-            out.truncated.append(cut)
+    for group in groups:
+        out.texts.append([tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in group])
+        out.ids.append([ids for ids, _ in group])
+        out.truncated.append([cut for _, cut in group])
     return out
 
 

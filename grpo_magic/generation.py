@@ -209,15 +209,43 @@ def prompt_ids(tokenizer: Any, prompt: Any) -> list[int]:
     return list(tokenizer(text=text, add_special_tokens=False)["input_ids"])
 
 
+def generate_groups(model: Any, prompt_id_lists: list[list[int]], config: Any, *, n: int, pad: int, eos: list[int],
+                    batch_size: int) -> list[list[tuple[list[int], bool]]]:
+    """``n`` completions of each prompt with HF generate, batched and left-padded as TRL does.
+
+    For each prompt, its ``n`` completions' ids (cut after the first end-of-sequence id, which is kept)
+    and whether each ran out of tokens instead. ``config`` is the ``GenerationConfig`` (greedy or
+    sampled); the caller seeds and sets eval mode. The same prompts in the same order give the same
+    batches, so an in-memory policy and its saved copy give the same greedy completions.
+    """
+    import torch
+
+    device = next(model.parameters()).device
+    per_call = max(1, batch_size // n)
+    groups: list[list[tuple[list[int], bool]]] = []
+    for start in range(0, len(prompt_id_lists), per_call):
+        chunk = [ids for ids in prompt_id_lists[start:start + per_call] for _ in range(n)]  # groups stay contiguous
+        width = max(len(ids) for ids in chunk)
+        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in chunk], device=device)
+        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in chunk], device=device)
+        with torch.no_grad():
+            sequences = model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config)
+        rows = sequences[:, width:].tolist()
+        for g in range(len(chunk) // n):
+            group = []
+            for row in rows[g * n:(g + 1) * n]:
+                end = next((i for i, tok in enumerate(row) if tok in eos), None)
+                group.append((row if end is None else row[:end + 1], end is None))
+            groups.append(group)
+    return groups
+
+
 def generate_batch(model: Any, tokenizer: Any, prompts: list[Any], *, n: int = 1, greedy: bool = False,
                    max_new_tokens: int = 128, temperature: float = 1.0, top_k: int = 50, top_p: float = 1.0,
                    seed: int = 0, batch_size: int = 64) -> list[list[str]]:
-    """``n`` completions of each prompt with HF generate, batched and left-padded as TRL does.
-
-    Greedy (``do_sample=False``) or sampled with the run's settings from ``seed``; each text is cut at
-    the first end-of-sequence id and decoded without special tokens, as TRL decodes completions. The
-    same prompts in the same order give the same batches, so an in-memory policy and its saved copy
-    give the same greedy texts.
+    """``n`` completions of each prompt (``generate_groups``), greedy or sampled with the run's settings from
+    ``seed``; each text is cut at the first end-of-sequence id and decoded without special tokens, as TRL
+    decodes completions.
     """
     import torch
     from transformers import GenerationConfig
@@ -227,29 +255,14 @@ def generate_batch(model: Any, tokenizer: Any, prompts: list[Any], *, n: int = 1
     sampling = {} if greedy else {"temperature": temperature, "top_k": top_k, "top_p": top_p}
     config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=not greedy, pad_token_id=pad,
                               bos_token_id=tokenizer.bos_token_id, eos_token_id=eos, disable_compile=True, **sampling)
-    device = next(model.parameters()).device
     was_training = model.training
     model.eval()
-    encoded = [prompt_ids(tokenizer, p) for p in prompts]
-    per_call = max(1, batch_size // n)
-    texts: list[list[str]] = []
     try:
         if not greedy:
             torch.manual_seed(seed)
-        for start in range(0, len(encoded), per_call):
-            chunk = [ids for ids in encoded[start:start + per_call] for _ in range(n)]  # groups stay contiguous
-            width = max(len(ids) for ids in chunk)
-            input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in chunk], device=device)
-            mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in chunk], device=device)
-            with torch.no_grad():
-                sequences = model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config)
-            rows = sequences[:, width:].tolist()
-            for g in range(len(chunk) // n):
-                group = []
-                for row in rows[g * n:(g + 1) * n]:
-                    end = next((i for i, tok in enumerate(row) if tok in eos), None)
-                    group.append(tokenizer.decode(row if end is None else row[:end], skip_special_tokens=True))
-                texts.append(group)
+        groups = generate_groups(model, [prompt_ids(tokenizer, p) for p in prompts], config, n=n, pad=pad, eos=eos,
+                                 batch_size=batch_size)
     finally:
         model.train(was_training)
-    return texts
+    return [[tokenizer.decode(ids if cut else ids[:-1], skip_special_tokens=True) for ids, cut in group]
+            for group in groups]
