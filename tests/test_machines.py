@@ -373,7 +373,11 @@ done
 '''
 STUB_SCONTROL = r'''#!/usr/bin/env bash
 [ "$1 $2 $3" = "show hostnames gpu-[07-08]" ] || { echo "unexpected: $*" >&2; exit 1; }
-printf 'gpu-07\ngpu-08\n'
+# The second host comes later, as from a real scontrol with a long list: a reader that stops after the first
+# line (`| head -n1` under pipefail) would end this with SIGPIPE and the sbatch script with exit 141.
+printf 'gpu-07\n'
+sleep 0.3
+printf 'gpu-08\n'
 '''
 
 
