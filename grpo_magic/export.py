@@ -149,7 +149,7 @@ if [ ! -x "$HERE/{LAUNCH_NAME}" ]; then
 fi
 # The whole list is read (no `| head`: under pipefail, a long host list would end scontrol by SIGPIPE).
 HOSTS="$(scontrol show hostnames "$SLURM_JOB_NODELIST")"
-MAIN_PROCESS_IP="${{HOSTS%%$'\n'*}}"
+MAIN_PROCESS_IP="${{HOSTS%%$'\\n'*}}"
 MAIN_PROCESS_PORT="${{MAIN_PROCESS_PORT:-{port}}}"
 NUM_PROCESSES=$(( SLURM_NNODES * {per_node} ))
 echo "grpo-magic: $SLURM_NNODES nodes, $NUM_PROCESSES processes, rendezvous $MAIN_PROCESS_IP:$MAIN_PROCESS_PORT" >&2

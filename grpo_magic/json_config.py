@@ -31,23 +31,25 @@ def _json_depth(value: Any) -> int:
     return deepest
 
 
-def parse_json(value: str, label: str) -> tuple[Any, str | None]:
-    """A JSON text parsed, or the one sentence that says why it cannot be: invalid, too long, too deep, a number too big."""
+def parse_json(value: str, label: str, *, example: str = "'{\"max_turns\": 3}'",
+               data_fix: str = _DATA_FILE_FIX) -> tuple[Any, str | None]:
+    """A JSON text parsed, or the one sentence that says why it cannot be: invalid, too long, too deep, a number too big.
+
+    ``example`` is what the fix for invalid JSON shows; ``data_fix`` is the way out for a config too big to pass.
+    """
     if len(value) > MAX_JSON_CHARS:
         return None, (f"{label} is {len(value):,} characters long, more than the {MAX_JSON_CHARS:,} a config may have "
-                      f"(it is passed on the command line of launched processes); {_DATA_FILE_FIX}.")
-    too_deep = (f"{label} nests deeper than {MAX_JSON_DEPTH} levels of lists or objects; flatten it, or "
-                f"{_DATA_FILE_FIX}.")
+                      f"(it is passed on the command line of launched processes); {data_fix}.")
+    too_deep = f"{label} nests deeper than {MAX_JSON_DEPTH} levels of lists or objects; flatten it, or {data_fix}."
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError as exc:
-        return None, (f"{label} is not valid JSON ({exc.msg} at character {exc.pos}); write a JSON object such as "
-                      "'{\"max_turns\": 3}'.")
+        return None, f"{label} is not valid JSON ({exc.msg} at character {exc.pos}); write it as JSON, e.g. {example}."
     except RecursionError:  # Python's parser recurses once per level
         return None, too_deep
     except ValueError:  # an int past Python's limit on the digits it reads (sys.get_int_max_str_digits)
         return None, (f"{label} holds a number of more than {sys.get_int_max_str_digits()} digits, too long to read; "
-                      f"write it as a string, or {_DATA_FILE_FIX}.")
+                      f"write it as a string, or {data_fix}.")
     if _json_depth(parsed) > MAX_JSON_DEPTH:
         return None, too_deep
     return parsed, None

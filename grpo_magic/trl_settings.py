@@ -26,6 +26,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from .json_config import parse_json
+
 #: Settings grpo_magic itself must own, and the sentence's fix: what to use instead.
 OWNED: dict[str, str] = {
     "output_dir": "use project_name (--project-name), the run's folder",
@@ -153,21 +155,23 @@ class Setting:
                 return f"{label} must be a finite number, got {value!r}; pass a finite number."
             return None
         elif isinstance(value, str) and str in self.kinds:
-            try:
-                self.parse(value)
-            except json.JSONDecodeError as exc:
-                return f"{label} is not valid JSON ({exc.msg}); write it as JSON, e.g. {self.flag} '{self._example()}'."
+            if self.is_json and value.strip()[:1] in ("{", "["):
+                return self._read_json(value, label)[1]
             return None
         elif isinstance(value, (dict, list, str)) and (dict in self.kinds or list in self.kinds):
             parsed = value
             if isinstance(value, str):
-                try:
-                    parsed = json.loads(value)
-                except json.JSONDecodeError as exc:
-                    return f"{label} is not valid JSON ({exc.msg}); write it as JSON, e.g. {self.flag} '{self._example()}'."
+                parsed, problem = self._read_json(value, label)
+                if problem:
+                    return problem
             if (dict in self.kinds and isinstance(parsed, dict)) or (list in self.kinds and isinstance(parsed, list)):
                 return None
         return f"{label} must be {self._kind_words()}, got {value!r}; e.g. {self.flag} {self._example()}."
+
+    def _read_json(self, value: str, label: str) -> tuple[Any, str | None]:
+        """JSON text read as ``json_config`` reads env configs: too deep or too long is one sentence, not a traceback."""
+        return parse_json(value, label, example=f"{self.flag} '{self._example()}'",
+                          data_fix="pass a smaller value")
 
     def _kind_words(self) -> str:
         words = {
