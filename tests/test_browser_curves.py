@@ -273,15 +273,17 @@ def test_twenty_thousand_steps_keep_the_page_drawing_in_flat_time(
 
 
 COMPARE_CELL = """from grpo_magic import GRPOParams
-from grpo_magic.events import RunFinished, RunLog, RunStarted, StepLogged
+from grpo_magic.events import EvalScored, RunFinished, RunLog, RunStarted, StepLogged
 
 for i, lr in enumerate((1e-5, 3e-5, 1e-4)):
     folder = f"cmp/lr-{{i}}"
     log = RunLog(folder)
     params = GRPOParams(model="tiny", lr=lr, max_steps=30, project_name=folder).to_dict()
     log(RunStarted(params=params, env_name="Letters", model="tiny", output_dir=folder, max_steps=30))
+    log(EvalScored(step=0, prompts=4, greedy_mean=0.1 * (i + 1), baseline=True))
     for s in range(1, 31):
         log(StepLogged(step=s, metrics={{"reward": min(1.0, 0.01 * s * (i + 1)), "loss": 0.1}}, max_steps=30))
+    log(EvalScored(step=30, prompts=4, greedy_mean=0.3 * (i + 1)))
     log(RunFinished(status="completed", steps=30))
     log.close()
 """
@@ -309,4 +311,6 @@ def test_grpo_compare_shows_three_named_reward_curves_and_says_lr_differs(
             expect(legend).to_contain_text(label)
         drawn = uplot(page, chart, "reward", "[u.data[1][29], u.data[3][29], u.data[5][29]]")
         assert drawn == pytest.approx([0.3, 0.6, 0.9])  # three curves, each its run's
+        # each run's held-out evaluations, with its own baseline line, on the reward panel
+        expect(chart).to_have_attribute("data-eval-baselines", "3", timeout=30_000)
         chart.screenshot(path=str(tmp_path / "compare.png"))

@@ -18,7 +18,7 @@ from IPython.core.error import UsageError  # noqa: E402
 import grpo_magic  # noqa: E402
 from grpo_magic import GRPOParams  # noqa: E402
 from grpo_magic.errors import GRPOMagicError  # noqa: E402
-from grpo_magic.events import RunFinished, RunLog, RunStarted, StepLogged  # noqa: E402
+from grpo_magic.events import EvalScored, RunFinished, RunLog, RunStarted, StepLogged  # noqa: E402
 
 LRS = (1e-5, 3e-5, 1e-4)
 
@@ -31,8 +31,11 @@ def write_runs(root: Path, steps: int = 20) -> list[Path]:
         params = GRPOParams(model="tiny", lr=lr, max_steps=steps, project_name=str(folder)).to_dict()
         log = RunLog(folder)
         log(RunStarted(params=params, env_name="Letters", model="tiny", output_dir=str(folder), max_steps=steps))
+        log(EvalScored(step=0, prompts=4, greedy_mean=0.25, baseline=True))  # the held-out baseline
         for s in range(1, steps + 1 - i):  # the runs end at different steps
             log(StepLogged(step=s, metrics={"reward": min(1.0, 0.01 * s * (i + 1)), "loss": 0.1}, max_steps=steps))
+            if s == 10:
+                log(EvalScored(step=s, prompts=4, greedy_mean=0.25 + 0.25 * i))
         log(RunFinished(status="completed", steps=steps - i))
         log.close()
         folders.append(folder)
@@ -51,6 +54,10 @@ def test_three_runs_are_named_by_folder_and_the_setting_that_differs(tmp_path: P
     assert rows["x"] == list(range(1, 21))  # the union of the runs' steps
     third = rows["columns"]["run2/reward"]
     assert third[:3] == [0.03, 0.06, 0.09] and third[-2:] == [None, None]  # it ended at step 18
+    # each run's held-out evaluations go to the reward panel in its line's color (the first is its baseline)
+    colors = [s["color"] for s in reward["series"]]
+    assert rows["evals"] == [
+        p for i in range(3) for p in ([0.0, 0.25, colors[i]], [10.0, 0.25 + 0.25 * i, colors[i]])]
     assert "lr differs" in repr(comparison)
     bundle, _ = comparison._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle and "lr differs" in bundle["text/plain"]

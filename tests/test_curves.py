@@ -164,6 +164,16 @@ def test_markers_and_evaluations_travel_as_an_overlay() -> None:
     assert evals_of(RunView()) == []  # no evaluations: nothing drawn
 
 
+def test_an_evaluation_without_greedy_episodes_is_drawn_at_its_sampled_mean() -> None:
+    """Agent envs get no greedy episode during a run: the page draws the sampled mean, as the PNG does."""
+    view = RunView()
+    view.evals = [{"step": 0, "greedy_mean": None, "sampled_mean": 0.25}, {"step": 4, "greedy_mean": 0.5,
+                                                                          "sampled_mean": 0.1},
+                  {"step": 8, "greedy_mean": None, "sampled_mean": None}]
+    assert evals_of(view) == [[0.0, 0.25], [4.0, 0.5]]
+    assert evals_of(view, "#dc2626") == [[0.0, 0.25, "#dc2626"], [4.0, 0.5, "#dc2626"]]
+
+
 def test_missing_values_are_sent_as_gaps_not_points() -> None:
     view = view_of(started(), step(1, loss=0.3), StepLogged(step=2, metrics={"reward": 0.5}), step(3, loss=0.2))
     msg = CurveFeed().changes(view)[0]

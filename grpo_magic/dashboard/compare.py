@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import GRPOMagicError
 from ..events import read_run_log, run_log_path
+from .live import evals_of
 from .panels import COMPONENT_COLORS, PANELS, Panel, Series
 from .state import RunView
 
@@ -86,7 +87,9 @@ class Comparison:
                     col[index[x]] = v if v == v and not math.isinf(v) else None
                 columns[f"run{r}/{metric}"] = col
         x = [round(s) for s in steps]
-        return {"kind": "reset", "start": 0, "x": x, "columns": columns, "markers": [], "evals": []}
+        # each run's held-out evaluations on the reward panel, in its line's color (with its baseline line)
+        evals = [p for r, view in enumerate(self.views) for p in evals_of(view, COLORS[r % len(COLORS)])]
+        return {"kind": "reset", "start": 0, "x": x, "columns": columns, "markers": [], "evals": evals}
 
     def panels(self) -> list[Panel]:
         """One panel per compared panel, one line per run (its column: ``run<i>/<metric>``)."""

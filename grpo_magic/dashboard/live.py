@@ -68,16 +68,26 @@ def _columns(panels: Sequence[Panel]) -> list[str]:
     return list(names)
 
 
-def evals_of(view: RunView) -> list[list[float]]:
-    """The in-run evaluations (``state.evals``, kept by grpo_magic.evaluate) as [step, greedy mean] points."""
-    out = []
+def evals_of(view: RunView, color: str | None = None) -> list[list[Any]]:
+    """The in-run evaluations (``state.evals``, kept by grpo_magic.evaluate) as [step, value] points.
+
+    The value is the greedy mean, or the sampled mean where a run has no greedy episodes (agent envs during a
+    run), as the PNG draws them. With ``color`` each point is [step, value, color]: the page draws one set of
+    points and one baseline line (the first evaluation's value) per color, so compared runs keep theirs apart.
+    """
+    out: list[list[Any]] = []
     for e in getattr(view, "evals", None) or []:
+        if not isinstance(e, dict):
+            continue
+        value = e.get("greedy_mean")
+        if value is None:
+            value = e.get("sampled_mean")
         try:
-            step, value = float(e["step"]), float(e["greedy_mean"])
+            step, value = float(e["step"]), float(value)
         except (KeyError, TypeError, ValueError):
             continue
         if math.isfinite(step) and math.isfinite(value):
-            out.append([step, value])
+            out.append([step, value] if color is None else [step, value, color])
     return out
 
 

@@ -125,12 +125,17 @@ function render({ model, el }) {
         ctx.stroke();
       }
       if (panel.key === "reward" && st.evals.length) {
-        ctx.setLineDash([]);
-        ctx.fillStyle = "#16a34a";
-        for (const [step, value] of st.evals) {
+        // held-out evaluations: a diamond each, and a dotted line at the first one's value (the baseline),
+        // per color (one run live; each compared run in its own line's color)
+        const baselines = new Map();
+        for (const [step, value, color] of st.evals) {
           if (value == null) continue;
+          const c = color || "#16a34a";
+          if (!baselines.has(c)) baselines.set(c, value);
           const x = u.valToPos(step, "x", true);
           const y = u.valToPos(value, "y", true);
+          ctx.setLineDash([]);
+          ctx.fillStyle = c;
           ctx.beginPath();
           ctx.moveTo(x, y - 5 * devicePixelRatio);
           ctx.lineTo(x + 5 * devicePixelRatio, y);
@@ -139,6 +144,16 @@ function render({ model, el }) {
           ctx.closePath();
           ctx.fill();
         }
+        ctx.setLineDash([2 * devicePixelRatio, 3 * devicePixelRatio]);
+        for (const [c, value] of baselines) {
+          const y = u.valToPos(value, "y", true);
+          ctx.strokeStyle = c;
+          ctx.beginPath();
+          ctx.moveTo(left, y);
+          ctx.lineTo(left + width, y);
+          ctx.stroke();
+        }
+        root.dataset.evalBaselines = String(baselines.size);
       }
       ctx.restore();
     };
