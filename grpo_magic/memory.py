@@ -123,9 +123,9 @@ def estimate(
     """The memory a run of ``params`` needs on ``card`` (default: this kernel's GPU)."""
     kwargs = params.grpo_config_kwargs()
     path = model_path or params.model
-    if path == "tiny":
-        from .models import tiny_model_path
+    from .models import OFFLINE_MODELS, tiny_model_path
 
+    if path in OFFLINE_MODELS:  # tiny-agent and tiny-math are tiny fine-tuned: tiny's config, no build, no Hub
         path = tiny_model_path()
     n, config = count_parameters(str(path))
     half = bool(kwargs.get("bf16") or kwargs.get("fp16")) or card is not None  # a GPU trains in 16 bits

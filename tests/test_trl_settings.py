@@ -245,6 +245,22 @@ def test_memory_estimate_for_tiny_matches_the_loaded_model():
     assert est.fits is True and "fits on L4" in est.text()
 
 
+def test_memory_estimate_for_the_other_offline_models_is_tiny_s_without_a_build_or_the_hub(monkeypatch):
+    """tiny-agent and tiny-math are tiny fine-tuned: the estimate reads tiny's config (it used to ask the Hub for
+    'tiny-agent', and wait through its retries before saying 'no estimate')."""
+    import grpo_magic.models as models
+
+    def no_build() -> None:
+        raise AssertionError("the estimate built an offline model")
+
+    monkeypatch.setitem(models.OFFLINE_MODELS, "tiny-agent", no_build)
+    monkeypatch.setitem(models.OFFLINE_MODELS, "tiny-math", no_build)
+    tiny = estimate(GRPOParams(model="tiny"), card="T4")
+    for name in ("tiny-agent", "tiny-math"):
+        est = estimate(GRPOParams(model=name), card="T4")
+        assert (est.parameters, est.total) == (tiny.parameters, tiny.total), name
+
+
 def test_the_exported_launch_folder_carries_trl_settings_and_the_recipe():
     from grpo_magic.cli import params_from_namespace
     from grpo_magic.export import launch_script
