@@ -112,20 +112,23 @@ def test_calls_to_tools_not_offered_are_named_in_the_check_the_metrics_and_the_c
     from grpo_magic.dashboard.html import transcript_html
 
     shell.run_cell_magic("grpo_env", "", CELLS["OnlyWeather"])
-    report = shell.run_line_magic("grpo_check", f"OnlyWeather --model tiny-agent {CHECK}")
+    # Asked for the time with get_weather alone in its prompt, tiny-agent (trained on both tools, never on one)
+    # mostly starts a get_time call; how many of those parse depends on the build's last bits, which differ
+    # between CPUs (one machine: 3 of 16 parsed, another: none), so the check samples 64 episodes.
+    report = shell.run_line_magic("grpo_check", "OnlyWeather --model tiny-agent --samples 16 --rl-num-generations 4 "
+                                  "--rl-max-new-tokens 64")
     agent = report.agent
     print(report)
-    assert agent["not_offered_calls"] >= 2 and set(agent["not_offered_names"]) == {"get_time"}, agent
+    assert agent["not_offered_calls"] >= 1 and set(agent["not_offered_names"]) == {"get_time"}, agent
     assert agent["not_offered_error"] == "{'error': 'Tool get_time not found.'}"
     assert 0 < agent["offered_call_share"] < 1  # get_weather, the tool offered, is called too
     assert "calls to tools not offered (get_time): TRL answered {'error': 'Tool get_time not found.'}" in str(report)
 
-    params = GRPOParams(model="tiny-agent", max_steps=1, batch_size=16, rl_num_generations=8, rl_max_new_tokens=64,
-                        project_name=str(tmp_path / "not-offered"))
+    params = GRPOParams(model="tiny-agent", max_steps=2, batch_size=32, rl_num_generations=8, rl_max_new_tokens=64,
+                        lr=1e-9, project_name=str(tmp_path / "not-offered"))  # 64 episodes of (almost) one policy
     run = train(params, shell.user_ns["OnlyWeather"](), display=False)
     assert run.status == "completed", run.reason
-    history = run.history[-1]
-    assert 0 < history["env/tool_not_offered"] <= history["env/tool_errors"], history
+    assert any(0 < h.get("env/tool_not_offered", 0) <= h["env/tool_errors"] for h in run.history), run.history
     turns = [t for g in run.groups for t in g["transcripts"] if any(m.get("not_offered") for m in t)]
     assert turns and all(m["name"] == "get_time" for t in turns for m in t if m.get("not_offered"))
     card = transcript_html(turns[0])
