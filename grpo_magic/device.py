@@ -59,11 +59,16 @@ def _flag(value: Any, name: str) -> bool | None:
     raise GRPOMagicError(f"{name} must be true or false (or empty to choose for the device), got {value!r}.")
 
 
-def choose_precision(explicit_bf16: Any = None, explicit_fp16: Any = None, *, device: int | None = None) -> Precision:
+_THIS_DEVICE: Any = object()
+
+
+def choose_precision(explicit_bf16: Any = None, explicit_fp16: Any = None, *, device: int | None = None,
+                     capability: Any = _THIS_DEVICE) -> Precision:
     """The run's precision: an explicit bf16/fp16 wins; otherwise bf16 where native, fp16 on other GPUs, fp32 on CPU.
 
     ``None`` means "choose for the device". An explicit False refuses that one: the automatic choice is
-    kept unless it was the refused one, which gives float32.
+    kept unless it was the refused one, which gives float32. ``capability`` decides for a GPU that is not
+    here (the memory estimate's cards): a (major, minor) compute capability, or None for a CPU.
     """
     bf16, fp16 = _flag(explicit_bf16, "bf16"), _flag(explicit_fp16, "fp16")
     if bf16 and fp16:
@@ -74,7 +79,8 @@ def choose_precision(explicit_bf16: Any = None, explicit_fp16: Any = None, *, de
         return "bf16"
     if fp16:
         return "fp16"
-    capability = cuda_capability(device)
+    if capability is _THIS_DEVICE:
+        capability = cuda_capability(device)
     auto: Precision = "fp32" if capability is None else "bf16" if capability >= BF16_CAPABILITY else "fp16"
     if (auto == "bf16" and bf16 is False) or (auto == "fp16" and fp16 is False):
         return "fp32"

@@ -1,8 +1,9 @@
 """Will it fit: the GPU memory a GRPO run needs, estimated before any model loads.
 
 The parameter count comes from the model's ``config.json``, with the model built on PyTorch's meta
-device (no weights are read or downloaded). The terms are the usual ones of mixed-precision training
-with AdamW: weights, gradients and optimizer state of what trains (all weights, or the LoRA adapters),
+device (no weights are read or downloaded). The terms are the usual ones of training with AdamW, in
+the precision the run would choose on that card (``device.choose_precision``: bf16 from compute capability
+8.0, fp16 mixed precision on a T4): weights, gradients and optimizer state of what trains (all weights, or the LoRA adapters),
 a frozen reference model when ``beta > 0``, the activations a backward pass keeps for
 ``generation batch x (prompt + completion)`` tokens (one layer's worth per sequence with activation
 checkpointing), the logits, and vLLM's share of the GPU in colocate mode. ``bench/memory.py`` checks
@@ -16,6 +17,9 @@ from typing import Any
 
 #: Cards to compare with, in GB (10^9 bytes, as the cards are sold).
 CARDS: dict[str, float] = {"T4": 16, "L4": 24, "A100-40GB": 40, "A100-80GB": 80, "H100": 80}
+#: Their CUDA compute capability: the precision a run would choose there (bf16 from 8.0, fp16 on a T4).
+CAPABILITY: dict[str, tuple[int, int]] = {"T4": (7, 5), "L4": (8, 9), "A100-40GB": (8, 0), "A100-80GB": (8, 0),
+                                          "H100": (9, 0)}
 GB = 1e9
 
 
@@ -93,10 +97,15 @@ def _lora_parameters(config: Any, r: int) -> int:
     return config.num_hidden_layers * sum(r * (a + b) for a, b in shapes)
 
 
+def _card_key(card: str) -> str | None:
+    """The named card ``card`` means (``A100`` is the 40 GB one), or None."""
+    return next((k for k in CARDS if k.lower() == card.lower() or k.lower().startswith(card.lower())), None)
+
+
 def card_memory(card: str | None) -> tuple[str, float | None]:
     """The card to compare with: a named one, else this kernel's GPU, else none."""
     if card:
-        key = next((k for k in CARDS if k.lower() == card.lower() or k.lower().startswith(card.lower())), None)
+        key = _card_key(card)
         if key is None:
             from .errors import GRPOMagicError
 
@@ -128,9 +137,13 @@ def estimate(
     if path in OFFLINE_MODELS:  # tiny-agent and tiny-math are tiny fine-tuned: tiny's config, no build, no Hub
         path = tiny_model_path()
     n, config = count_parameters(str(path))
-    half = bool(kwargs.get("bf16") or kwargs.get("fp16")) or card is not None  # a GPU trains in 16 bits
-    weight_bytes = 0.5 if params.load_in_4bit else (2 if half else 4)
+    precision = _precision(params, kwargs, card)
+    half = precision != "fp32"  # activations under bf16/fp16 autocast
+    # The weights as device.load_dtype loads them: bf16 in bf16; fp16 is mixed precision, so weights that train
+    # stay float32 (a LoRA run's frozen base loads in fp16); 4 bits with QLoRA.
+    weight_bytes = 0.5 if params.load_in_4bit else 2 if precision == "bf16" or (precision == "fp16" and params.peft) else 4
     trainable = _lora_parameters(config, params.lora_r) if params.peft else n
+    trained_bytes = 4 if params.peft else weight_bytes  # PEFT keeps the adapters float32
     completion = int(kwargs.get("max_completion_length") or 0)
     sequences = int(kwargs["per_device_train_batch_size"])
     tokens = sequences * (prompt_tokens + completion)
@@ -146,8 +159,8 @@ def estimate(
     logits = tokens * config.vocab_size * 4 * 2  # float32 logits and their log-softmax
     terms = {
         "weights": n * weight_bytes,
-        "gradients": trainable * 4 if params.peft else trainable * weight_bytes,
-        "optimizer": trainable * 8,  # AdamW: two float32 moments per trained value
+        "gradients": trainable * trained_bytes,
+        "optimizer": trainable * 2 * trained_bytes,  # AdamW: two moments per trained value, in its dtype
         "activations": activations,
         "logits": logits,
     }
@@ -162,6 +175,17 @@ def estimate(
     if fixes and result.fits is False:
         result.fixes = _fixes(result, params, bool(checkpointing), str(path), card, prompt_tokens)
     return result
+
+
+def _precision(params: Any, kwargs: dict[str, Any], card: str | None) -> str:
+    """bf16, fp16 or fp32, as the run would choose: on this device, or on ``card`` (by its compute capability)."""
+    if card is None:
+        return "bf16" if kwargs.get("bf16") else "fp16" if kwargs.get("fp16") else "fp32"
+    from .device import choose_precision
+
+    key = _card_key(card)
+    explicit = params.__dict__.get("trl_settings") or {}
+    return choose_precision(explicit.get("bf16"), explicit.get("fp16"), capability=CAPABILITY.get(key or "", (8, 0)))
 
 
 def _fixes(

@@ -211,7 +211,16 @@ def test_memory_estimate_for_qwen_half_a_billion(tmp_path):
     n, _ = count_parameters(str(tmp_path))
     assert n == 494_032_768  # Qwen2.5-0.5B's published count, from the config alone
     full = estimate(GRPOParams(model=str(tmp_path), rl_max_new_tokens=512), card="T4")
-    assert full.terms["optimizer"] == 8 * n and full.terms["weights"] == 2 * n
+    # a T4 trains in fp16 mixed precision: float32 weights, gradients and AdamW moments (device.load_dtype)
+    assert (full.terms["weights"], full.terms["gradients"], full.terms["optimizer"]) == (4 * n, 4 * n, 8 * n)
+    a100 = estimate(GRPOParams(model=str(tmp_path), rl_max_new_tokens=512), card="A100")
+    # an A100 trains in bf16 weights: bf16 gradients and moments too
+    assert (a100.terms["weights"], a100.terms["gradients"], a100.terms["optimizer"]) == (2 * n, 2 * n, 4 * n)
+    fp32 = estimate(GRPOParams(model=str(tmp_path), rl_max_new_tokens=512, bf16=False), card="A100")
+    assert fp32.terms["weights"] == 4 * n and fp32.terms["activations"] == 2 * a100.terms["activations"]
+    qlora = estimate(GRPOParams(model=str(tmp_path), peft=True, rl_max_new_tokens=512), card="T4")
+    assert qlora.terms["weights"] == 2 * n + 4 * qlora.trainable  # the frozen base in fp16, adapters float32
+    assert qlora.terms["optimizer"] == 8 * qlora.trainable
     assert full.card_bytes == 16e9 and "T4" in full.text()
     lora = estimate(GRPOParams(model=str(tmp_path), peft=True, rl_max_new_tokens=512), card="T4")
     assert lora.total < full.total and lora.trainable < n / 50
