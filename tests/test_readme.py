@@ -20,3 +20,9 @@ def test_readme_starts_with_the_demo_and_the_test_command():
     assert commands[1].endswith("python -m pytest")
     ci = (ROOT / ".ci" / "run").read_text()
     assert "bash scripts/install.sh" in ci and "python -m pytest" in ci
+
+
+def test_the_docs_recipe_table_is_the_one_recipes_generates():
+    from grpo_magic.recipes import markdown_table as recipe_table
+
+    assert recipe_table() in (ROOT / "docs" / "architecture.md").read_text()
