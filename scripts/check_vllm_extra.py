@@ -60,6 +60,20 @@ def resolved(report: dict) -> dict[str, str]:
     return {_name(item["metadata"]["name"]): item["metadata"]["version"] for item in report.get("install", [])}
 
 
+def cuda_builds(report: dict) -> list[str]:
+    """The requirements of the resolved vLLM that name a CUDA build (``pkg[cu13]``): what its GPU machine needs."""
+    for item in report.get("install", []):
+        if _name(item["metadata"]["name"]) == "vllm":
+            found = []
+            for line in item["metadata"].get("requires_dist") or []:
+                req = Requirement(line)
+                if (req.marker is None or req.marker.evaluate({"extra": ""})) and any(
+                        re.fullmatch(r"cu\d+", extra) for extra in req.extras):
+                    found.append(f"{req.name}[{','.join(sorted(req.extras))}]")
+            return found
+    return []
+
+
 def judge(versions: dict[str, str], pins: dict[str, str], trl_range: str) -> list[str]:
     """What is wrong with a resolution (empty: nothing)."""
     problems = []
@@ -118,7 +132,9 @@ def main() -> int:
                 file=sys.stderr,
             )
             return 1
-        versions = resolved(json.loads(report_path.read_text()))
+        report = json.loads(report_path.read_text())
+        versions = resolved(report)
+        cuda = cuda_builds(report)
     problems = judge(versions, pins, trl_vllm_range())
     summary = ", ".join(f"{n} {versions.get(n, '-')}" for n in ("vllm", "transformers", "torch", "trl"))
     if problems:
@@ -128,6 +144,10 @@ def main() -> int:
         )
         return 1
     print(f"check_vllm_extra: grpo-magic[vllm] resolves to {summary} ({len(versions)} packages, metadata only).")
+    if cuda:
+        majors = sorted({m for b in cuda for m in re.findall(r"cu(\d+)", b)})
+        print(f"check_vllm_extra: that vLLM requires CUDA builds ({', '.join(cuda)}): a GPU machine needs an NVIDIA "
+              f"driver for CUDA {' / '.join(majors)}.")
     return 0
 
 

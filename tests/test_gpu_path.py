@@ -472,6 +472,11 @@ def test_the_vllm_extra_check_reads_pip_s_report():
     assert "vllm 0.33.0 is outside TRL's vllm extra" in problems and "torch 2.14.0" in problems
     assert f"trl 1.15.0 is not CI's pin {pins['trl']}" in problems
     assert check.judge({}, pins, trl_range) == ["the resolution installs no vllm"]
+    vllm = {"metadata": {"name": "vllm", "version": "0.31.0", "requires_dist": [
+        "nvidia-cutlass-dsl[cu13]==4.7.1", "humming-kernels[cu13]==0.1.16; platform_machine == 'x86_64'",
+        "torch==2.13.0", "pytest; extra == 'test'", "flashinfer-cubin[cu12]; extra == 'flashinfer'"]}}
+    assert check.cuda_builds({"install": [vllm]}) == ["nvidia-cutlass-dsl[cu13]", "humming-kernels[cu13]"]
+    assert check.cuda_builds(report(vllm="0.31.0")) == []
 
 
 # ---------------------------------------------------------------- notebook 03's install cell
