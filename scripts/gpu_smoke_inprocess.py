@@ -77,9 +77,22 @@ def main(model: str, steps: int) -> int:
     baseline = torch.cuda.memory_allocated()
     for n in (1, 2):  # the second run in the same process after the first
         seen.clear()
+        torch.cuda.reset_peak_memory_stats()
         run = train(params.replace(project_name=f"inprocess-{n}"), display=False, raise_on_failure=False)
         torch.cuda.synchronize()
         after = torch.cuda.memory_allocated()
+        if n == 1:  # the "will it fit" estimate against the real peak (a figure for the notes, not a check)
+            try:
+                from grpo_magic.memory import estimate
+
+                est = estimate(params, model, card=None)
+                terms = {k: v for k, v in est.terms.items() if k != "vLLM share"}
+                print(f"  peak torch allocation {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB (vLLM's engine "
+                      f"included where it allocates through torch); the estimate less vLLM's share "
+                      f"{sum(terms.values()) / 2**30:.2f} GiB: " + ", ".join(
+                          f"{k} {v / 2**30:.2f}" for k, v in terms.items()))
+            except Exception as exc:  # noqa: BLE001 - a figure, never the smoke test's verdict
+                print(f"  no memory estimate: {type(exc).__name__}: {exc}")
         left = {k: os.environ[k] for k in TRL_ENV_VARS if k in os.environ}
         print(
             f"  run {n}: {run.status} {run.reason[:200]}; policy {seen.get('policy')}, GRPOConfig "
