@@ -303,6 +303,25 @@ def test_the_training_thread_only_hands_events_over_and_the_renderer_shows_them(
     assert dash.points_sent == 200 and dash.curve_updates == len(sent) < 200
 
 
+def test_a_long_step_gets_its_header_and_cards_within_a_second_without_another_event() -> None:
+    """A turn that came within a second of the last draw of the slower parts (header, progress, cards) leaves
+    them for later: the renderer draws them once their second has passed, not at the next event (which a long
+    step on a real model may bring minutes later)."""
+    dash = Dashboard(interval_s=0.05)
+    dash(started(max_steps=10))
+    dash(group(1))
+    dash(step_logged(1, max_steps=10))
+    deadline = time.monotonic() + 30
+    while "step 1/10" not in dash._progress_text.value and time.monotonic() < deadline:
+        time.sleep(0.01)
+    dash(group(2))  # within the second after step 1's draw: folded, the curves sent, the rest left for later
+    dash(step_logged(2, max_steps=10))
+    deadline = time.monotonic() + 30
+    while "step 2/10" not in dash._progress_text.value and time.monotonic() < deadline:
+        time.sleep(0.05)  # no event comes: the renderer draws what it left out once due
+    assert "step 2/10" in dash._progress_text.value and "s2g0" in dash._groups.value
+
+
 def test_a_page_that_never_answers_makes_nobody_wait() -> None:
     """A send stuck for good (a browser far away) holds up the renderer thread, never the training thread."""
     dash = Dashboard(interval_s=0.01)

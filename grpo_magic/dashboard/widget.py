@@ -48,7 +48,7 @@ LATEST = -1
 _MAX_STEP_OPTIONS = 200  # the step selector lists at most this many old steps (thinned evenly)
 RENDER_INTERVAL = 0.25  # seconds between the renderer's folds: a few times a second, whatever the step time
 _IDLE_EXIT = 5.0  # the renderer thread ends after this long without events (the next event starts it again)
-_SLOW_PARTS_S = 1.0  # the step selector, group cards, errors and notes: redrawn at most once a second
+_SLOW_PARTS_S = 1.0  # header and progress, step selector, group cards, errors, notes: at most once a second
 _END_WAIT = 2.0  # the longest the end of a run waits for a render in progress
 _SHOW_AT_ONCE = (RunStarted, StatusChanged, RunFinished, EnvSwapped)  # the renderer wakes for these
 
@@ -91,6 +91,7 @@ class Dashboard:
         self._png: tuple[Any, bytes] = (None, b"")  # (what it shows, the PNG)
         self._displays: list[Any] = []  # display handles of a live run, updated when it ends
         self._slow_at = -math.inf  # when the renderer last drew the slower parts
+        self._slow_pending = False  # a turn since then left them out (the renderer draws them once due)
 
         # Widgets. Each part is re-sent only when its content changed.
         self._header = widgets.HTML()
@@ -182,7 +183,7 @@ class Dashboard:
         while True:
             self._wake.wait(self.interval_s or RENDER_INTERVAL)
             self._wake.clear()
-            if self._queue:
+            if self._queue or self._slow_due():
                 idle = 0.0
                 try:
                     self._turn()
@@ -193,9 +194,15 @@ class Dashboard:
             else:
                 idle += self.interval_s or RENDER_INTERVAL
             with self._thread_lock:  # an event appended before this check is seen; one after starts a new thread
-                if not self._queue and (idle >= _IDLE_EXIT or self.view.finished is not None):
+                if not self._queue and not self._slow_pending and (
+                        idle >= _IDLE_EXIT or self.view.finished is not None):
                     self._thread = None
                     return
+
+    def _slow_due(self) -> bool:
+        """True when a turn left the slower parts behind and their second has passed: a step that takes long
+        still gets its header and cards within a second, without waiting for the next event."""
+        return self._slow_pending and time.monotonic() - self._slow_at >= _SLOW_PARTS_S
 
     def _drain(self) -> bool:
         """Fold the queued events into the view (under the lock); True when one must show at once."""
@@ -373,8 +380,8 @@ class Dashboard:
             self._render()
 
     def _turn(self) -> None:
-        """The renderer's turn: the header and the curves' new points every time; the step selector, the
-        group cards, the errors and the notes at most every ``_SLOW_PARTS_S`` (or at once for a status)."""
+        """The renderer's turn: the curves' new points every time; the header and progress, the step selector,
+        the group cards, the errors and the notes at most every ``_SLOW_PARTS_S`` (or at once for a status)."""
         with self._lock:
             force = self._drain()
             now = time.monotonic()
@@ -384,9 +391,16 @@ class Dashboard:
             self._render(every)
 
     def _render(self, every: bool = True) -> None:
-        """Send what changed since the last render: header, curve points, and (``every``) the slower parts."""
+        """Send what changed since the last render: the curves' new points, and (``every``) the other parts.
+
+        The header's step counter, progress bar and clock go with the slower parts (a status change forces
+        them at once): each part changed is one message over the kernel's sockets, which is most of a turn's
+        cost in a kernel (bench/RESULTS.md), and a counter read once a second loses nothing.
+        """
         t0 = time.perf_counter()
-        self._render_header()
+        self._slow_pending = not every
+        if every:
+            self._render_header()
         self._live.update(self.view, notes=every)
         if every:
             self._render_select()
