@@ -161,8 +161,12 @@ class Dashboard:
         self._queue.append(event)  # deque.append is atomic: no lock on the training thread
         if isinstance(event, RunFinished) and self._lock.acquire(timeout=_END_WAIT):
             try:  # the end of a run, rendered here unless a render is stuck (then the renderer does it)
-                self.flush()
+                # Folded, then the displays given the final bundle (its PNG drawn from the folded view), then the
+                # widgets' final state sent: a page re-creates its views before it shows "completed", so nothing
+                # a reader (or a browser test) holds after that is replaced under it.
+                self._drain()
                 self._update_displays()
+                self._render()
             finally:
                 self._lock.release()
             return
