@@ -155,7 +155,7 @@ class Setting:
                 return f"{label} must be a finite number, got {value!r}; pass a finite number."
             return None
         elif isinstance(value, str) and str in self.kinds:
-            if self.is_json and value.strip()[:1] in ("{", "["):
+            if self._json_text(value):
                 return self._read_json(value, label)[1]
             return None
         elif isinstance(value, (dict, list, str)) and (dict in self.kinds or list in self.kinds):
@@ -191,11 +191,13 @@ class Setting:
             return json.dumps(self.default) if self.is_json else str(self.default)
         return {dict: "{}", list: "[]", int: "1", float: "1.0", bool: "", str: "VALUE"}[self.kind]
 
+    def _json_text(self, value: Any) -> bool:
+        """Text that TRL takes as a JSON object or list (a setting typed ``dict | str`` also takes plain text)."""
+        return self.is_json and isinstance(value, str) and value.strip()[:1] in ("{", "[")
+
     def parse(self, value: Any) -> Any:
         """A checked value as TRL takes it: JSON text as the object it writes."""
-        if self.is_json and isinstance(value, str) and value.strip()[:1] in ("{", "["):
-            return json.loads(value)
-        return value
+        return json.loads(value) if self._json_text(value) else value
 
 
 def _plain_kinds(hint: Any) -> tuple[tuple[type, ...], bool, tuple[str, ...] | None, bool]:
