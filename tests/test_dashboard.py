@@ -33,6 +33,15 @@ PNG = b"\x89PNG"
 T0 = 1_000.0
 
 
+def wait_until(predicate, timeout: float = 60) -> bool:
+    """Wait for the renderer thread to reach a whole state, not one part of it: a turn sets the header before
+    the cards, so a test that waited for the header alone could read the cards mid-turn."""
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return predicate()
+
+
 def advantages(scores: list[float | None]) -> list[float]:
     """TRL's group advantage (scale_rewards='group'): errors excluded, and get 0."""
     valid = [s for s in scores if s is not None]
@@ -293,11 +302,14 @@ def test_the_training_thread_only_hands_events_over_and_the_renderer_shows_them(
     renders = dash.render_count
     for s in range(1, 201):
         dash(step_logged(s, max_steps=200))  # no flush: nothing is rendered by the caller
-    deadline = time.monotonic() + 60
-    while "step 200/200" not in dash._progress_text.value and time.monotonic() < deadline:
-        time.sleep(0.05)  # the renderer thread folds the queue by itself
-    assert "step 200/200" in dash._progress_text.value and dash._progress.value == 200
-    assert dash.pending == 0 and dash.render_count - renders < 200
+    # the renderer thread folds the queue by itself
+    assert wait_until(
+        lambda: "step 200/200" in dash._progress_text.value
+        and dash._progress.value == 200
+        and dash.pending == 0
+        and dash.points_sent == 200
+    )
+    assert dash.render_count - renders < 200
     rows = [x for m in sent for x in m["x"]]
     assert sorted(set(rows)) == list(range(1, 201))  # every step reached the page, in a few messages
     assert dash.points_sent == 200 and dash.curve_updates == len(sent) < 200
@@ -311,15 +323,11 @@ def test_a_long_step_gets_its_header_and_cards_within_a_second_without_another_e
     dash(started(max_steps=10))
     dash(group(1))
     dash(step_logged(1, max_steps=10))
-    deadline = time.monotonic() + 30
-    while "step 1/10" not in dash._progress_text.value and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert wait_until(lambda: "step 1/10" in dash._progress_text.value and "s1g0" in dash._groups.value, 30)
     dash(group(2))  # within the second after step 1's draw: folded, the curves sent, the rest left for later
     dash(step_logged(2, max_steps=10))
-    deadline = time.monotonic() + 30
-    while "step 2/10" not in dash._progress_text.value and time.monotonic() < deadline:
-        time.sleep(0.05)  # no event comes: the renderer draws what it left out once due
-    assert "step 2/10" in dash._progress_text.value and "s2g0" in dash._groups.value
+    # no event comes: the renderer draws what it left out once due (header first, then the cards)
+    assert wait_until(lambda: "step 2/10" in dash._progress_text.value and "s2g0" in dash._groups.value, 30)
 
 
 def test_a_page_that_never_answers_makes_nobody_wait() -> None:
