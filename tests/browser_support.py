@@ -280,6 +280,17 @@ def run_all_cells(page: Any, timeout_s: float = 90.0) -> None:
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).first.click()
 
 
+def start_cells(page: Any) -> None:
+    """Run > Run All Cells, once more if no cell has started a minute later: on two busy cores a fresh
+    JupyterLab sometimes takes the click before its kernel connection is up, and runs nothing."""
+    run_all_cells(page)
+    started = page.locator(".jp-InputPrompt", has_text=re.compile(r"\[(\*|\d+)\]"))
+    try:
+        started.first.wait_for(timeout=60_000)
+    except Exception:  # noqa: BLE001 - playwright's TimeoutError: try the menu once more
+        run_all_cells(page)
+
+
 def accept_kernel_dialog(page: Any, wait_s: float = 1.5) -> None:
     """Accept a "Select Kernel" dialog (the notebook's own kernel) if one shows up soon."""
     dialog = page.locator(".jp-Dialog").filter(has_text="Select Kernel")

@@ -22,8 +22,8 @@ from browser_support import (
     launch_browser,
     open_notebook,
     page_of_a_test,
-    run_all_cells,
     serve_jupyter,
+    start_cells,
     training_notebook_cells,
     wait_for_step,
     write_notebook,
@@ -82,7 +82,7 @@ def test_live_dashboard_and_stop_button(ui: str, jupyter: JupyterServer, browser
     timings: dict[str, float] = {}
     with page_of_a_test(browser.new_page(), jupyter, tmp_path, f"page-{ui}-failure.png") as page:
         open_notebook(page, jupyter.url(ui, name))
-        run_all_cells(page)
+        start_cells(page)
         dash = page.locator(".grpo-dashboard").first
         dash.wait_for(timeout=KERNEL_AND_FIRST_STEP_S * 1000)
         timings["dashboard shown"] = time.monotonic() - t0

@@ -17,8 +17,8 @@ from browser_support import (
     launch_browser,
     open_notebook,
     page_of_a_test,
-    run_all_cells,
     serve_jupyter,
+    start_cells,
     write_notebook,
 )
 
@@ -47,7 +47,7 @@ def test_an_agent_card_opens_into_its_turns_with_the_tool_result(jupyter: Jupyte
         try:
             with page_of_a_test(context.new_page(), jupyter, tmp_path, "agent-page-failure.png") as page:
                 open_notebook(page, jupyter.url("lab", "agent.ipynb"))
-                run_all_cells(page)
+                start_cells(page)
                 status = page.locator(".grpo-dashboard .grpo-status").first
                 expect(status).to_have_text(re.compile("completed"), timeout=300_000)
                 card = page.locator("details.grpo-turns").filter(has=page.locator(".grpo-turn-tool")).first

@@ -25,8 +25,8 @@ from browser_support import (
     launch_browser,
     open_notebook,
     page_of_a_test,
-    run_all_cells,
     serve_jupyter,
+    start_cells,
     training_notebook_cells,
     write_notebook,
 )
@@ -72,17 +72,6 @@ def browser(jupyter: JupyterServer, tmp_path_factory: pytest.TempPathFactory) ->
             yield context
         finally:
             context.close()
-
-
-def start_cells(page: Any) -> None:
-    """Run > Run All Cells, once more if no cell has started a minute later: on two busy cores a fresh
-    JupyterLab sometimes takes the click before its kernel connection is up, and runs nothing."""
-    run_all_cells(page)
-    started = page.locator(".jp-InputPrompt", has_text=re.compile(r"\[(\*|\d+)\]"))
-    try:
-        started.first.wait_for(timeout=60_000)
-    except Exception:  # noqa: BLE001 - playwright's TimeoutError: try the menu once more
-        run_all_cells(page)
 
 
 def logged_steps(run_log: Path) -> list[tuple[float, int]]:

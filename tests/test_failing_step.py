@@ -66,6 +66,7 @@ def test_in_one_process_the_failing_steps_episodes_reach_the_log_the_dashboard_a
     assert all("room_17" in e["traceback"] for e in run.errors)
     assert [g["step"] for g in run.groups] == [1, 1]
     dashboard = shown[0]
+    dashboard.flush()  # the end is rendered by the caller unless a render was stuck sending: then a turn later
     assert dashboard.view.error_total == 8 and dashboard.view.groups_in_memory() == 2
     assert "room_17" in html.errors_html(dashboard.view) and "8 of 8 episodes failed" in dashboard.status_text
 

@@ -119,7 +119,7 @@ class HangingEnv(LettersEnv):
 
     def score_episode(self, model, tokenizer, completion, letter):
         if next(self.calls) % 8 == 1:
-            self.release.wait(60)
+            self.release.wait(600)  # released by the test's `finally`; a slow machine must not run out first
             self.hung_returned += 1
         return super().score_episode(model, tokenizer, completion, letter)
 
@@ -189,7 +189,7 @@ def test_stop_while_the_env_is_scoring_finishes_the_step_and_saves(in_tmp):
     weights = StepWeights()
     run = train(GRPOParams(**FAST, max_steps=50), env, blocking=False, callbacks=[weights])
     try:
-        assert env.entered.wait(120)
+        assert env.entered.wait(300)
         run.stop()  # while score_episode sleeps
         assert run.phase == "stopping"
     finally:
@@ -224,7 +224,7 @@ def test_stop_while_generating_finishes_the_step_and_saves(in_tmp):
     weights = StepWeights(hook)
     run = train(GRPOParams(**FAST, max_steps=50), LettersEnv(), blocking=False, callbacks=[weights])
     holder["run"] = run
-    assert generating.wait(120)
+    assert generating.wait(300)
     run.stop()
     run.wait(timeout=120)
     assert run.status == "stopped" and run.step == 2

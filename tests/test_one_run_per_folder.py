@@ -31,6 +31,7 @@ from grpo_magic import GRPOParams, read_run_log, train
 from grpo_magic.events import EpisodeError, RunFinished, RunStarted, StatusChanged, StepLogged
 from grpo_magic.folders import RUNS_DIR, new_run_folder
 from grpo_magic.locking import FOLDER_LOCK_NAME, Busy, ProcessLock, probe
+from grpo_magic.resume import complete_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 HOST = socket.gethostname()
@@ -251,7 +252,7 @@ def test_a_run_killed_with_sigkill_leaves_a_stale_lock_that_the_next_run_takes_o
     killed = _start_gated(tmp_path, "killed", gate, "--save-steps", "1")
     folder = tmp_path / "killed"
     try:
-        _wait_until(lambda: _steps(folder) == [1] and (folder / "checkpoint-1" / "trainer_state.json").exists(), killed)
+        _wait_until(lambda: _steps(folder) == [1] and complete_checkpoint(folder / "checkpoint-1"), killed)
     finally:
         killed.send_signal(signal.SIGKILL)
         killed.wait(30)
