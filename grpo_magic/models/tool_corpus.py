@@ -27,7 +27,10 @@ held-out chats) but never to an offered tool: it names tools from its corpus ("p
 128 wide and 4 layers (``RECIPE.sizes``), 450 steps of 8 (157 s): parsed 0.68, offered with the schema's
 types 0.135, right 0.0 greedy (0.027 sampled); 1500 steps (479 s of CPU): parsed 1.0, offered 0.135, right
 0.081, the loss still falling (0.42). Copying unseen multi-token names only begins long past a build budget
-of minutes; a longer build, a bigger model or a pretrained base is the next thing to try (bench/RESULTS-agent.md).
+of minutes. Random pseudo-word names (nothing to remember) with quoted names in the requests (the same tokens
+as in the schema) did no better (0.185), and a pure copy task first was not learned either (its loss 2.67 ->
+1.40 in 600 steps): the missing piece is an induction (copy) circuit, which needs a pretrained base, a build
+of hours or attention initialised to copy, not another corpus (bench/RESULTS-agent.md).
 """
 
 from __future__ import annotations
