@@ -1,5 +1,5 @@
-"""What the tests that catch a run mid-training share: a letters env slow enough to catch, and a wait
-for a background run's step (the tests assert what they need of the run afterwards)."""
+"""What the tests that catch a run mid-training share: a letters env slow enough to catch, a wait for a
+background run's step (the tests assert what they need of the run afterwards), and a wait for a whole state."""
 
 from __future__ import annotations
 
@@ -24,3 +24,12 @@ def wait_for_step(run: Any, step: int, timeout: float = 300.0, poll: float = 0.1
     deadline = time.monotonic() + timeout
     while run.step < step and not run.done and time.monotonic() < deadline:
         time.sleep(poll)
+
+
+def wait_until(predicate: Any, timeout: float = 60.0, poll: float = 0.02) -> bool:
+    """Wait for a thread to reach a whole state, not one part of it (a dashboard turn sets the header before
+    the cards: a test that waited for the header alone could read the cards mid-turn); the last reading."""
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(poll)
+    return predicate()

@@ -8,13 +8,14 @@ import math
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("ipywidgets")
 pytest.importorskip("matplotlib")
+
+from run_support import wait_until  # noqa: E402
 
 from grpo_magic.dashboard import LATEST, Dashboard, replay  # noqa: E402
 from grpo_magic.events import (  # noqa: E402
@@ -31,15 +32,6 @@ from grpo_magic.progress import TerminalProgress, progress_bar, shorten  # noqa:
 
 PNG = b"\x89PNG"
 T0 = 1_000.0
-
-
-def wait_until(predicate, timeout: float = 60) -> bool:
-    """Wait for the renderer thread to reach a whole state, not one part of it: a turn sets the header before
-    the cards, so a test that waited for the header alone could read the cards mid-turn."""
-    deadline = time.monotonic() + timeout
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return predicate()
 
 
 def advantages(scores: list[float | None]) -> list[float]:

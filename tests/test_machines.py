@@ -236,8 +236,9 @@ import os, signal, sys, time
 from pathlib import Path
 out = Path(sys.argv[1])
 def tell(path, text):  # whole or not at all: the test polls for the file and reads it at once
-    path.with_suffix(".tmp").write_text(text)
-    os.replace(path.with_suffix(".tmp"), path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 signal.signal(signal.SIGTERM, lambda *a: (tell(out, "SIGTERM"), sys.exit(143)))
 tell(out.with_suffix(".pid"), str(os.getpid()))
 time.sleep(120)

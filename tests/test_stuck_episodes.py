@@ -16,6 +16,7 @@ import threading
 import time
 
 import torch
+from run_support import wait_until
 from transformers import TrainerCallback
 
 from envs.letters import LettersEnv
@@ -52,10 +53,8 @@ def test_an_abandoned_sync_episode_cannot_use_the_policy_and_is_counted_until_it
     assert returned.wait(30)
     assert seen == ["barred: this episode ran past rl_episode_timeout and was abandoned; it cannot use the policy "
                     "any more"]
-    deadline = time.monotonic() + 30
     # the episode thread leaves the running set first and takes its hooks off after: wait for both
-    while (runner.abandoned_running or policy._forward_pre_hooks) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: not runner.abandoned_running and not policy._forward_pre_hooks, 30)
     assert runner.abandoned_running == 0 and not policy._forward_pre_hooks  # the bar went with it
     again = runner.run([lambda: float(policy(torch.ones(2)).sum() * 0 + 0.25)], is_async=False, model=policy)
     assert again[0].score == 0.25  # a new episode uses the policy as before
