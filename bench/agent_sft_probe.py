@@ -20,6 +20,7 @@ remember"), reproducible. Not a product path: nothing here is registered as a mo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pathlib
 import random
@@ -66,6 +67,21 @@ def random_name_corpus(seed: int, size: int = tool_corpus.CORPUS_SIZE) -> list[E
     corpus = tool_corpus._Corpus(random.Random(f"tool-use-v2-{seed}"), pseudo_words(1, 3000), pseudo_words(2, 3000),
                                  pseudo_words(3, 3000))
     return [corpus.chat() for _ in range(size)]
+
+
+@dataclasses.dataclass(frozen=True)
+class FromCopier(WarmStart):
+    """A recipe whose fresh weights are replaced by a copier's (``init``, a state dict) before the fine-tune."""
+
+    init: str | None = None
+
+    def _start_model(self) -> Any:
+        model = super()._start_model()
+        if self.init:
+            import torch
+
+            model.load_state_dict(torch.load(self.init))
+        return model
 
 
 def copier(steps: int, save: str, vary: bool = False, batch: int = 32, length: int = 24, lr: float = 1e-3) -> None:
@@ -122,19 +138,8 @@ def sft(steps: int, full_loss: bool, init: str | None, save: str | None, lr: flo
     settings = {**tool_corpus.RECIPE.sft, "max_steps": steps, "learning_rate": lr, "per_device_train_batch_size": batch}
     if full_loss:
         settings["assistant_only_loss"] = False
-    recipe = WarmStart(name="probe", version="probe", corpus=random_name_corpus, sft=settings,
-                       sizes=tool_corpus.RECIPE.sizes, check=tool_corpus.check)
-    if init:
-        import torch
-
-        start = recipe._start_model
-
-        def from_copier(self: WarmStart) -> Any:
-            model = start()
-            model.load_state_dict(torch.load(init))
-            return model
-
-        object.__setattr__(recipe, "_start_model", from_copier.__get__(recipe))
+    recipe = FromCopier(name="probe", version="probe", corpus=random_name_corpus, sft=settings,
+                        sizes=tool_corpus.RECIPE.sizes, check=tool_corpus.check, init=init)
     with tempfile.TemporaryDirectory() as tmp:
         info = recipe.build(pathlib.Path(save or tmp))
     print(json.dumps({k: info[k] for k in ("steps", "loss_curve", "build_seconds", "check")}))
