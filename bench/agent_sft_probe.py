@@ -3,6 +3,9 @@ remember"), reproducible. Not a product path: nothing here is registered as a mo
 
     python bench/agent_sft_probe.py copier --steps 1500 --save /tmp/copier.pt
     python bench/agent_sft_probe.py sft --steps 1500 --full-loss --init /tmp/copier.pt --save /tmp/model
+    python bench/agent_sft_probe.py sft --steps 800 --full-loss --no-period --circuit 2 --every 200 --save /tmp/model
+    python bench/agent_sft_probe.py envs /tmp/model
+    python bench/agent_sft_probe.py names            # the untrained circuits; or: names /tmp/model
 
 - ``copier``: the 128-wide, 4-layer model (``tool_corpus.RECIPE.sizes``) trained on repeated random token
   sequences of a fixed length (8 noise, 24 random, the same 24 again). It learns to copy from a fixed
@@ -15,6 +18,14 @@ remember"), reproducible. Not a product path: nothing here is registered as a mo
   chats is printed as JSON. The best run so far (``--full-loss --init`` the copier, 1,500 steps x 8, lr 1e-3)
   made 0.42 of first replies calls to an offered tool with the schema's types and 0.30 the right call
   (greedy), after a drop in loss between steps 500 and 900; 33 minutes of wall time on 2 shared cores.
+  ``--circuit 1`` or ``2`` starts instead from a copy circuit set by hand (bench/induction_circuit.py), matching
+  on one or two previous tokens; ``--every N`` prints ``env_check`` every N steps; ``--no-period`` and
+  ``--json-args`` change how requests are written, ``--conversation-loss`` what the loss sees (section
+  "2026-12-02 (later)" of bench/RESULTS-agent.md has each run).
+- ``names``: ``name_copies`` (teacher-forced copies of the called name) of the untrained circuits or a model.
+- ``envs``: ``env_check`` of a saved model: the first replies to the four single-purpose held-out-name envs of
+  tests/agent_cells.py (one integer argument; an integer and a string; a string enum; three tools of which the
+  request names one), greedy and sampled at temperature 1 (as ``%grpo_check`` and GRPO sample).
 """
 
 from __future__ import annotations
@@ -30,6 +41,23 @@ from typing import Any
 
 from grpo_magic.models import tool_corpus
 from grpo_magic.models.warmstart import Example, WarmStart
+
+#: The envs of tests/agent_cells.py as ``env_check`` asks them: offered schemas, and a draw of (tool, arguments).
+_ENVS: dict[str, tuple[list[dict[str, Any]], Any]] = {
+    "one_int": ([tool_corpus._schema("weigh_parcel", "Weigh the parcel.", [("grams", "integer", None)])],
+                lambda rng: ("weigh_parcel", {"grams": rng.randint(0, 99)})),
+    "two_args": ([tool_corpus._schema("reserve_harbor", "Reserve the harbor.",
+                                      [("minutes", "integer", None), ("owner", "string", None)])],
+                 lambda rng: ("reserve_harbor", {"minutes": rng.randint(0, 99),
+                                                 "owner": rng.choice(["Paris", "Oslo", "Lima", "Rome"])})),
+    "enum": ([tool_corpus._schema("paint_garden", "Paint the garden.", [("shade", "enum", ["red", "green", "blue"])])],
+             lambda rng: ("paint_garden", {"shade": rng.choice(["red", "green", "blue"])})),
+    "distractors": ([tool_corpus._schema("bake_lemon", "Bake the lemon.", [("grams", "integer", None)]),
+                     tool_corpus._schema("rotate_ladder", "Rotate the ladder.", [("floor", "integer", None)]),
+                     tool_corpus._schema("borrow_violin", "Borrow the violin.", [("minutes", "integer", None)])],
+                    lambda rng: (lambda tool, arg: (tool, {arg: rng.randint(0, 99)}))(
+                        *rng.choice([("bake_lemon", "grams"), ("rotate_ladder", "floor"), ("borrow_violin", "minutes")]))),
+}
 
 _QUOTED_REQUESTS = ('Use the "{tool}" tool{args}.', 'Call "{tool}"{args}.', 'Please run "{tool}"{args}.',
                     'Use "{tool}"{args}.')
@@ -57,10 +85,34 @@ def _quoted_phrase(args: dict[str, Any]) -> str:
     return " with " + " and ".join(parts)
 
 
-def quote_requests() -> None:
-    """Make ``tool_corpus`` write quoted requests (its corpus and its held-out ``check`` chats alike)."""
-    tool_corpus._TOOL_REQUESTS, tool_corpus._CHAINS = _QUOTED_REQUESTS, _QUOTED_CHAINS
-    tool_corpus._phrase = _quoted_phrase
+def _json_phrase(args: dict[str, Any]) -> str:
+    """`` with "color": "red", "n": 3``: the arguments as the call's JSON writes them, names and all."""
+    if not args:
+        return ""
+    return " with " + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in args.items())
+
+
+#: What ends a one-call request: "." (the corpus's), or nothing (``quote_requests(period=False)``).
+_END = ["."]
+#: How a request gives the arguments (``quote_requests(json_args=...)``).
+_PHRASE = [_quoted_phrase]
+
+
+def quote_requests(period: bool = True, json_args: bool = False) -> None:
+    """Make ``tool_corpus`` write quoted requests (its corpus and its held-out ``check`` chats alike).
+
+    ``period=False``: one-call requests end with their last value, not ``.``: after ``grams 41.`` the model
+    cannot tell an integer ending from a number's decimal point (``41.5``), and copying ``41.`` is what the
+    copy circuit does.
+
+    ``json_args``: the arguments as the call writes them (``"grams": 41``), so that the call's arguments are a
+    copy of the request's, names included (``grams 41`` spells ``grams`` with a space, another token).
+    """
+    _END[0] = "." if period else ""
+    _PHRASE[0] = _json_phrase if json_args else _quoted_phrase
+    tool_corpus._TOOL_REQUESTS = tuple(t.rstrip(".") + _END[0] for t in _QUOTED_REQUESTS)
+    tool_corpus._CHAINS = _QUOTED_CHAINS
+    tool_corpus._phrase = _PHRASE[0]
 
 
 def random_name_corpus(seed: int, size: int = tool_corpus.CORPUS_SIZE) -> list[Example]:
@@ -71,17 +123,90 @@ def random_name_corpus(seed: int, size: int = tool_corpus.CORPUS_SIZE) -> list[E
 
 @dataclasses.dataclass(frozen=True)
 class FromCopier(WarmStart):
-    """A recipe whose fresh weights are replaced by a copier's (``init``, a state dict) before the fine-tune."""
+    """A recipe whose fresh weights are replaced by a copier's (``init``, a state dict) before the fine-tune,
+    or that starts from the hand-set copy circuit (``circuit``: bench/induction_circuit.py)."""
 
     init: str | None = None
+    circuit: int = 0  # 0: no circuit; 1 or 2: the circuit matching on that many previous tokens
+    conversation_loss: bool = False
+
+    def dataset(self) -> Any:
+        return conversation_dataset(self.corpus(self.seed)) if self.conversation_loss else super().dataset()
 
     def _start_model(self) -> Any:
+        if self.circuit:
+            import induction_circuit
+
+            return induction_circuit.fresh_model(self.seed, match=self.circuit)
         model = super()._start_model()
         if self.init:
             import torch
 
             model.load_state_dict(torch.load(self.init))
         return model
+
+
+def conversation_dataset(examples: list[Example]) -> Any:
+    """The chats tokenized with tiny's template and a loss mask of their conversation: every token after the
+    system turn except the tools' results (``assistant_masks``, which TRL's SFTTrainer turns into labels).
+
+    Why not the whole chat: the system turn holds the schemas, where every name is met for the first time and
+    is random (nothing to learn there but the shape of the corpus's names); the request, the calls and the
+    answers are where names and values are *copied*.
+    """
+    import re
+
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from grpo_magic.models.tiny import tiny_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_path()))
+    ids, masks = [], []
+    for example in examples:
+        text = tokenizer.apply_chat_template(example["messages"], tools=example.get("tools"), tokenize=False)
+        start = text.index("<|im_end|>") + len("<|im_end|>")
+        hidden = [(m.start(1), m.end(1)) for m in re.finditer(r"<tool_response>\n(.*?)\n</tool_response>", text, re.S)]
+        enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
+        ids.append(enc["input_ids"])
+        masks.append([int(a >= start and not any(lo <= a < hi for lo, hi in hidden)) for a, _ in enc["offset_mapping"]])
+    return Dataset.from_dict({"input_ids": ids, "assistant_masks": masks})
+
+
+def env_check(model: Any, tokenizer: Any, n: int = 32, quoted: bool = True,
+              modes: tuple[str, ...] = ("greedy", "sampled")) -> dict[str, Any]:
+    """First replies to ``_ENVS`` (``n`` requests each): [share with a call to an offered tool whose arguments
+    have its schema's types, share with the right call], greedy and sampled at temperature 1."""
+    import torch
+
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    was_training = model.training
+    model.eval()
+    out: dict[str, Any] = {}
+    for env, (tools, draw) in _ENVS.items():
+        rng = random.Random(7)
+        rows = [draw(rng) for _ in range(n)]
+        requests = [(f'Use the "{tool}" tool' if quoted else f"Use the {tool} tool") +
+                    (_PHRASE[0](args) if quoted else tool_corpus._phrase(args)) + _END[0] for tool, args in rows]
+        prompts = [tokenizer.apply_chat_template([{"role": "user", "content": r}], tools=tools, tokenize=False,
+                                                 add_generation_prompt=True) for r in requests]
+        enc = tokenizer(prompts, return_tensors="pt", padding=True)
+        schemas = {t["function"]["name"]: t for t in tools}
+        for mode in modes:
+            options = {"do_sample": False} if mode == "greedy" else {"do_sample": True, "temperature": 1.0}
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                ids = model.generate(**enc, max_new_tokens=48, pad_token_id=tokenizer.pad_token_id, **options)
+            texts = tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+            typed = right = 0
+            for (tool, args), text in zip(rows, texts, strict=True):
+                call = tool_corpus.parse_call(text)
+                typed += bool(call and call["name"] in schemas and tool_corpus.fits_schema(call["arguments"], schemas[call["name"]]))
+                right += call == {"name": tool, "arguments": args}
+            out[f"{env}/{mode}"] = [round(typed / n, 2), round(right / n, 2)]
+    tokenizer.padding_side = side
+    model.train(was_training)
+    return out
 
 
 def copier(steps: int, save: str, vary: bool = False, batch: int = 32, length: int = 24, lr: float = 1e-3) -> None:
@@ -132,33 +257,135 @@ def copier(steps: int, save: str, vary: bool = False, batch: int = 32, length: i
     torch.save(model.state_dict(), save)
 
 
-def sft(steps: int, full_loss: bool, init: str | None, save: str | None, lr: float = 1e-3, batch: int = 8) -> None:
-    """The tool-call fine-tune (``WarmStart.build``) on the random-name corpus; prints its build record."""
-    quote_requests()
-    settings = {**tool_corpus.RECIPE.sft, "max_steps": steps, "learning_rate": lr, "per_device_train_batch_size": batch}
-    if full_loss:
+def sft(steps: int, full_loss: bool, init: str | None, save: str | None, lr: float = 1e-3, batch: int = 8,
+        circuit: int = 0, every: int = 0, schedule: str = "constant_with_warmup", conversation: bool = False,
+        period: bool = True, json_args: bool = False) -> None:
+    """The tool-call fine-tune (``WarmStart.build``) on the random-name corpus; prints its build record.
+
+    With ``every``, ``env_check`` (greedy, 16 requests an env) every ``every`` steps; its time is not counted
+    in the seconds printed with it (``build_seconds`` counts everything).
+    """
+    from transformers import TrainerCallback
+
+    quote_requests(period, json_args)
+    settings = {**tool_corpus.RECIPE.sft, "max_steps": steps, "learning_rate": lr, "per_device_train_batch_size": batch,
+                "lr_scheduler_type": schedule}
+    if full_loss or conversation:
         settings["assistant_only_loss"] = False
-    recipe = FromCopier(name="probe", version="probe", corpus=random_name_corpus, sft=settings,
-                        sizes=tool_corpus.RECIPE.sizes, check=tool_corpus.check, init=init)
+
+    class EveryN(TrainerCallback):
+        def __init__(self) -> None:
+            self.started, self.tokenizer = time.perf_counter(), None
+
+        def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+            if every and state.global_step % every == 0:
+                paused = time.perf_counter()
+                losses = [h["loss"] for h in state.log_history if "loss" in h]
+                print(json.dumps({"step": state.global_step, "seconds": round(paused - self.started, 1),
+                                  "loss": round(losses[-1], 3) if losses else None,
+                                  **env_check(model, self.tokenizer, n=16, modes=("greedy",))}), flush=True)
+                self.started += time.perf_counter() - paused
+
+    @dataclasses.dataclass(frozen=True)
+    class Probed(FromCopier):
+        def trainer(self, output_dir: str) -> Any:
+            trainer = super().trainer(output_dir)
+            callback = EveryN()
+            callback.tokenizer = trainer.processing_class
+            trainer.add_callback(callback)
+            return trainer
+
+    def both(model: Any, tokenizer: Any) -> dict[str, Any]:
+        return {**tool_corpus.check(model, tokenizer), "envs": env_check(model, tokenizer)}
+
+    recipe = Probed(name="probe", version="probe", corpus=random_name_corpus, sft=settings,
+                    sizes=tool_corpus.RECIPE.sizes, check=both, init=init, circuit=circuit,
+                    conversation_loss=conversation)
     with tempfile.TemporaryDirectory() as tmp:
         info = recipe.build(pathlib.Path(save or tmp))
     print(json.dumps({k: info[k] for k in ("steps", "loss_curve", "build_seconds", "check")}))
 
 
+def name_copies(model: Any, tokenizer: Any, chats: int = 120) -> dict[str, Any]:
+    """Teacher-forced, on one-call chats of the probes' corpus (``"name": "`` of the call given): the share of
+    the called name's continuation tokens (all but its first) that the model predicts, and of names whole."""
+    import torch
+
+    right = total = whole = names = 0
+    for chat in random_name_corpus(0, 4 * chats)[:4 * chats]:
+        call = chat["messages"][1].get("tool_calls") if len(chat["messages"]) > 1 else None
+        expected = chat.get("expected")
+        if not expected or not call or chat["tools"] == tool_corpus.agent_tools() or names == chats:
+            continue
+        name = call[0]["function"]["name"]
+        text = tokenizer.apply_chat_template(chat["messages"][:2], tools=chat["tools"], tokenize=False)
+        at = text.rindex('"name": "' + name) + len('"name": "')
+        enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
+        span = [i for i, (a, b) in enumerate(enc["offset_mapping"]) if a >= at and b <= at + len(name)]
+        with torch.no_grad():
+            guess = model(input_ids=torch.tensor([enc["input_ids"]])).logits[0].argmax(-1)
+        hits = [int(guess[i - 1]) == enc["input_ids"][i] for i in span[1:]]
+        right, total, whole, names = right + sum(hits), total + len(hits), whole + all(hits), names + 1
+    return {"names": names, "continuation_tokens": total, "tokens_right": round(right / total, 3),
+            "names_whole": round(whole / names, 3)}
+
+
+def names(path: str | None) -> None:
+    """``name_copies`` of the untrained circuits (1- and 2-token match), or of a saved model."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpo_magic.models.tiny import tiny_model_path
+
+    quote_requests(period=False)
+    if path:
+        tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
+        print(json.dumps({path: name_copies(model.eval(), tokenizer)}))
+        return
+    import induction_circuit
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_path()))
+    for match in (1, 2):
+        model = induction_circuit.fresh_model(match=match).eval()
+        print(json.dumps({f"untrained, {match}-token match": name_copies(model, tokenizer)}))
+
+
+def envs(path: str) -> None:
+    """``env_check`` of a saved model, with requests quoted (as the probes' corpus writes them) and not."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
+    print(json.dumps({"quoted": env_check(model, tokenizer), "unquoted": env_check(model, tokenizer, quoted=False)}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", choices=("copier", "sft"))
+    parser.add_argument("part", choices=("copier", "sft", "envs", "names"))
+    parser.add_argument("path", nargs="?", help="envs, names: a saved model's folder")
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--vary", action="store_true", help="copier: repeats of random length and place")
     parser.add_argument("--full-loss", action="store_true", help="sft: loss on the whole chat")
     parser.add_argument("--init", default=None, help="sft: start from a copier's state dict")
+    parser.add_argument("--circuit", type=int, default=0, choices=(0, 1, 2),
+                        help="sft: start from the hand-set copy circuit matching on 1 or 2 previous tokens")
+    parser.add_argument("--conversation-loss", action="store_true",
+                        help="sft: loss on the conversation (not the system turn with the schemas, nor tool results)")
+    parser.add_argument("--json-args", action="store_true", help="sft: requests give the arguments as the call's JSON")
+    parser.add_argument("--no-period", action="store_true", help="sft: one-call requests end with their last value")
+    parser.add_argument("--every", type=int, default=0, help="sft: env_check every N steps")
+    parser.add_argument("--schedule", default="constant_with_warmup", help="sft: the learning-rate schedule")
     parser.add_argument("--save", default=None)
     args = parser.parse_args()
     if args.part == "copier":
         copier(args.steps, args.save or "copier.pt", vary=args.vary, lr=args.lr)
+    elif args.part == "envs":
+        envs(args.path)
+    elif args.part == "names":
+        names(args.path)
     else:
-        sft(args.steps, args.full_loss, args.init, args.save, lr=args.lr)
+        sft(args.steps, args.full_loss, args.init, args.save, lr=args.lr, circuit=args.circuit, every=args.every,
+            schedule=args.schedule, conversation=args.conversation_loss, period=not args.no_period,
+            json_args=args.json_args)
 
 
 if __name__ == "__main__":
