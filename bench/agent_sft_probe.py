@@ -22,7 +22,8 @@ remember"), reproducible. Not a product path: nothing here is registered as a mo
   on one or two previous tokens; ``--every N`` prints ``env_check`` every N steps; ``--no-period`` and
   ``--json-args`` change how requests are written, ``--conversation-loss`` what the loss sees (section
   "2026-12-02 (later)" of bench/RESULTS-agent.md has each run).
-- ``names``: ``name_copies`` (teacher-forced copies of the called name) of the untrained circuits or a model.
+- ``names``: ``name_copies`` (teacher-forced copies of the called name) and ``call_fields`` (teacher-forced,
+  each part of the call) of the untrained circuits or of a model.
 - ``envs``: ``env_check`` of a saved model: the first replies to the four single-purpose held-out-name envs of
   tests/agent_cells.py (one integer argument; an integer and a string; a string enum; three tools of which the
   request names one), greedy and sampled at temperature 1 (as ``%grpo_check`` and GRPO sample).
@@ -330,6 +331,47 @@ def name_copies(model: Any, tokenizer: Any, chats: int = 120) -> dict[str, Any]:
             "names_whole": round(whole / names, 3)}
 
 
+def call_fields(model: Any, tokenizer: Any, chats: int = 120) -> dict[str, Any]:
+    """Teacher-forced over the first call of one-call chats of the probes' corpus: the share of tokens
+    predicted in each part of the call (the first token of the tool name and the rest of it, of each argument
+    name and the rest, of each value and the rest, and the JSON around them), to see which part a model lacks."""
+    import torch
+
+    counts: dict[str, list[int]] = {}
+    seen = 0
+    for chat in random_name_corpus(0, 4 * chats):
+        calls = [m for m in chat["messages"] if m.get("tool_calls")]
+        if seen == chats or not chat.get("expected") or len(calls) != 1 or chat["tools"] == tool_corpus.agent_tools():
+            continue
+        seen += 1
+        function = calls[0]["tool_calls"][0]["function"]
+        text = tokenizer.apply_chat_template(chat["messages"][:2], tools=chat["tools"], tokenize=False)
+        start = text.rindex("<tool_call>\n") + len("<tool_call>\n")
+        end = text.index("</tool_call>", start)
+        spans = []  # (first char, last char + 1, part)
+        at = text.index('"name": "', start) + len('"name": "')
+        spans.append((at, at + len(function["name"]), "name"))
+        at = text.index('"arguments": ', at)
+        for key, value in function["arguments"].items():
+            at = text.index(json.dumps(key) + ": ", at) + 1
+            spans.append((at, at + len(key), "argument name"))
+            at += len(key) + 3
+            spans.append((at, at + len(json.dumps(value)), "value"))
+        enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
+        with torch.no_grad():
+            guess = model(input_ids=torch.tensor([enc["input_ids"]])).logits[0].argmax(-1)
+        for i, (a, b) in enumerate(enc["offset_mapping"]):
+            if not start <= a < end:
+                continue
+            # a token that starts a part or runs into its start (` "` before a string value) is its first
+            part = next((f"{kind}, {'first' if a <= lo else 'rest'}" for lo, hi, kind in spans
+                         if lo <= a < hi or a < lo < b), "JSON")
+            tally = counts.setdefault(part, [0, 0])
+            tally[0] += int(guess[i - 1]) == enc["input_ids"][i]
+            tally[1] += 1
+    return {part: f"{right / total:.2f} of {total}" for part, (right, total) in sorted(counts.items())}
+
+
 def names(path: str | None) -> None:
     """``name_copies`` of the untrained circuits (1- and 2-token match), or of a saved model."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -339,14 +381,15 @@ def names(path: str | None) -> None:
     quote_requests(period=False)
     if path:
         tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
-        print(json.dumps({path: name_copies(model.eval(), tokenizer)}))
+        print(json.dumps({path: {**name_copies(model.eval(), tokenizer), **call_fields(model, tokenizer)}}))
         return
     import induction_circuit
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_path()))
     for match in (1, 2):
         model = induction_circuit.fresh_model(match=match).eval()
-        print(json.dumps({f"untrained, {match}-token match": name_copies(model, tokenizer)}))
+        print(json.dumps({f"untrained, {match}-token match": {**name_copies(model, tokenizer),
+                                                              **call_fields(model, tokenizer)}}))
 
 
 def envs(path: str) -> None:
