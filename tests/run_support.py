@@ -21,9 +21,7 @@ class SlowLettersEnv(LettersEnv):
 
 def wait_for_step(run: Any, step: int, timeout: float = 300.0, poll: float = 0.1) -> None:
     """Wait until a background run reaches ``step``, ends, or ``timeout`` seconds pass."""
-    deadline = time.monotonic() + timeout
-    while run.step < step and not run.done and time.monotonic() < deadline:
-        time.sleep(poll)
+    wait_until(lambda: run.step >= step or run.done, timeout, poll)
 
 
 def wait_until(predicate: Any, timeout: float = 60.0, poll: float = 0.02) -> bool:
