@@ -217,13 +217,12 @@ def copier(steps: int, save: str, vary: bool = False, batch: int = 32, length: i
     torch.set_num_threads(1)
     recipe = WarmStart(name="probe", version="probe", corpus=random_name_corpus, sizes=tool_corpus.RECIPE.sizes)
     model = recipe._start_model()
+    from induction_circuit import token_pool
     from transformers import AutoTokenizer
 
     from grpo_magic.models.tiny import tiny_model_path
 
-    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_path()))
-    special = set(tokenizer.all_special_ids) | set(tokenizer.convert_tokens_to_ids(["<tool_call>", "</tool_call>"]))
-    pool = torch.tensor([i for i in range(len(tokenizer)) if i not in special])
+    pool = token_pool(AutoTokenizer.from_pretrained(str(tiny_model_path())))
     gen, total = torch.Generator().manual_seed(0), 8 + 2 * length
 
     def draw(n: int) -> tuple[Any, Any]:
@@ -313,10 +312,11 @@ def name_copies(model: Any, tokenizer: Any, chats: int = 120) -> dict[str, Any]:
     import torch
 
     right = total = whole = names = 0
-    for chat in random_name_corpus(0, 4 * chats)[:4 * chats]:
+    for chat in random_name_corpus(0, 4 * chats):
+        if names == chats:
+            break
         call = chat["messages"][1].get("tool_calls") if len(chat["messages"]) > 1 else None
-        expected = chat.get("expected")
-        if not expected or not call or chat["tools"] == tool_corpus.agent_tools() or names == chats:
+        if not chat.get("expected") or not call or chat["tools"] == tool_corpus.agent_tools():
             continue
         name = call[0]["function"]["name"]
         text = tokenizer.apply_chat_template(chat["messages"][:2], tools=chat["tools"], tokenize=False)
@@ -340,8 +340,10 @@ def call_fields(model: Any, tokenizer: Any, chats: int = 120) -> dict[str, Any]:
     counts: dict[str, list[int]] = {}
     seen = 0
     for chat in random_name_corpus(0, 4 * chats):
+        if seen == chats:
+            break
         calls = [m for m in chat["messages"] if m.get("tool_calls")]
-        if seen == chats or not chat.get("expected") or len(calls) != 1 or chat["tools"] == tool_corpus.agent_tools():
+        if not chat.get("expected") or len(calls) != 1 or chat["tools"] == tool_corpus.agent_tools():
             continue
         seen += 1
         function = calls[0]["tool_calls"][0]["function"]

@@ -180,6 +180,14 @@ def fresh_model(seed: int = 0, circuit: bool = True, match: int = 1) -> Any:
     return install(model, seed=seed) if match == 1 else install_two(model, seed=seed)
 
 
+def token_pool(tokenizer: Any) -> Any:
+    """The ids random token runs are drawn from: every token but the special ones and the tool-call tags."""
+    import torch
+
+    special = set(tokenizer.all_special_ids) | set(tokenizer.convert_tokens_to_ids(["<tool_call>", "</tool_call>"]))
+    return torch.tensor([i for i in range(len(tokenizer)) if i not in special])
+
+
 def copy_accuracy(model: Any, length: int, repeat: int = 12, batch: int = 32, seed: int = 1) -> float:
     """Share of a repeated random run's tokens (after its first) that the model predicts, greedy."""
     import torch
@@ -187,9 +195,7 @@ def copy_accuracy(model: Any, length: int, repeat: int = 12, batch: int = 32, se
 
     from grpo_magic.models.tiny import tiny_model_path
 
-    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_path()))
-    special = set(tokenizer.all_special_ids) | set(tokenizer.convert_tokens_to_ids(["<tool_call>", "</tool_call>"]))
-    pool = torch.tensor([i for i in range(len(tokenizer)) if i not in special])
+    pool = token_pool(AutoTokenizer.from_pretrained(str(tiny_model_path())))
     gen = torch.Generator().manual_seed(seed)
     right = total = 0
     for _ in range(batch):
