@@ -1,0 +1,248 @@
+"""A copy circuit set by hand in the weights of a small Qwen2: where tiny-agent v2's fine-tune starts.
+
+Why: a tool caller must copy into its call names it has never seen (from the schemas in its prompt) and
+values (from the request). A small model trained from random weights learns to copy only after a long
+plateau, far past a build budget of minutes (bench/RESULTS-agent.md); written in by hand, the copying is
+there at step 0 and the fine-tune learns the rest: the call's fixed JSON, when to call, which tool, the
+answer after a result.
+
+tiny's vocabulary spells names nearly letter by letter (``weigh_parcel`` is ``we igh _ par ce l``), so
+copying means continuing a run of tokens. The residual stream (192 wide) holds codes of 40 dims: the
+token's own (its tied embedding, all of one length; the unembedding reads these dims) and, written by layer
+0's three distance heads, the codes of the tokens one, two and three back. A few tokens are also marked
+exactly in dims past the codes (``MARKS``), because two codes overlap by about 0.16 of their length.
+
+- Layer 1, head 0 scores every earlier position by how many of the three tokens before it equal the current
+  token and the two before it (the nearer counting more, ``MATCH_WEIGHTS``) and copies the best one's token.
+  After a call's ``"name": "`` that finds the first token of an offered tool's name in the schema (a
+  two-token match would find every ``": "``), and the rest of the name follows. Its query reads
+  ``arguments`` as ``properties``, so that the call's ``"arguments": {"`` finds the first argument name after
+  the schema's ``"properties": {"``. It never copies the instructions' placeholder ``<`` or a value's opener.
+- Layer 1, heads 1 and 2 copy an argument's value from the request (``_value_heads``).
+- Layers 2 and 3, every MLP and layer 0's fourth head start with zero output: the circuit is alone in the
+  residual stream until the fine-tune grows the rest.
+
+RoPE's base is 1e20, so that the slow pairs of the 128-dim heads (``CONTENT_PAIRS``) keep contents
+comparable across a chat while the fast ones (``DISTANCE_PAIRS``) make the distance heads. Scores are set in
+nats (after the attention's scaling). Untrained, teacher-forced on calls of the corpus's chats, it predicts
+0.98 of the tokens after a name's first, and the first token of a value 0.83 of the time
+(bench/agent_sft_probe.py ``names``; the first token of a tool name is a pick among the offered tools).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+#: The architecture the circuit needs: tiny's (Qwen2, its tokenizer), 192 wide, four heads of 128.
+SIZES: dict[str, Any] = {"hidden_size": 192, "intermediate_size": 384, "num_hidden_layers": 4,
+                         "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 128}
+ROPE_THETA = 1e20
+#: The RoPE pairs that make the distance heads, those that compare contents, and a code's dims.
+DISTANCE_PAIRS, CONTENT_PAIRS, CODE = range(0, 6), range(10, 64), 40
+#: How much each of the three token matches counts: the nearer more, so that a two-token match that includes
+#: the current token (continuing a run: ``Ġ 4`` then ``1``) beats one that does not (``Ġ [`` then ``"``).
+MATCH_WEIGHTS = (1.0, 0.75, 0.55)
+#: Dims past the codes that mark tokens exactly: the sink, ``":``, the openers (one dim for all), and the tokens
+#: head 0 never copies (``NO_COPY``: the instructions' placeholder ``<``, and the openers that only open values,
+#: not `` "`` which the call's JSON needs between fields); the size of a mark (a share of a code's length); the
+#: dim marking ``":`` one token back; by how much head 0 avoids a token it does not copy (nats).
+SINK, COLON, OPENER, NO_COPY, COLON_BEFORE = 160, 161, 164, 165, 163
+MARKS: dict[str, tuple[int, ...]] = {"<|im_start|>": (SINK,), '":': (COLON,), "Ġ<": (NO_COPY,), 'Ġ"': (OPENER,),
+                                     **{token: (OPENER, NO_COPY) for token in ("Ġ", "Ġtrue", "Ġfalse")}}
+FLAG, NO_COPY_PENALTY = 0.25, 30.0
+
+
+def configure(config: Any) -> Any:
+    """``config`` (tiny's ``Qwen2Config``) resized for the circuit (``SIZES``, RoPE base ``ROPE_THETA``)."""
+    for key, value in SIZES.items():
+        setattr(config, key, value)
+    config.layer_types = [config.layer_types[0]] * config.num_hidden_layers
+    config.rope_parameters = {"rope_type": "default", "rope_theta": ROPE_THETA}
+    return config
+
+
+def clear(model: Any, code: int) -> None:
+    """The embedding's dims past ``code`` and every output projection (attention and MLP) to zero: the residual
+    stream holds the token codes alone until the circuit writes into it and the fine-tune grows the rest."""
+    model.model.embed_tokens.weight[:, code:] = 0
+    for layer in model.model.layers:
+        layer.self_attn.o_proj.weight.zero_()
+        layer.mlp.down_proj.weight.zero_()
+
+
+def distance_head(attention: Any, head: int, hd: int, distance: int, pairs: range, amplitude: float,
+                   theta: float) -> None:
+    """Make ``head`` attend ``distance`` tokens back whatever the contents: a constant query and key (in the
+    biases, the weights zero), the key turned by ``distance`` positions' angle in each RoPE pair of ``pairs``."""
+    import torch
+
+    half = hd // 2
+    freqs = theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    query, key = torch.zeros(hd, dtype=torch.float64), torch.zeros(hd, dtype=torch.float64)
+    for i in pairs:
+        query[i] = amplitude
+        key[i] = amplitude * math.cos(distance * freqs[i])
+        key[i + half] = amplitude * math.sin(distance * freqs[i])
+    rows = slice(head * hd, (head + 1) * hd)
+    for proj in (attention.q_proj, attention.k_proj, attention.v_proj):
+        proj.weight[rows] = 0
+        proj.bias[rows] = 0
+    attention.q_proj.bias[rows] = query.float()
+    attention.k_proj.bias[rows] = key.float()
+
+
+def _basis(size: int, generator: Any) -> Any:
+    """A random orthonormal basis (rows), computed in float64 so that its float32 bits do not depend on how
+    many threads LAPACK used (they did, in the last bit)."""
+    import torch
+
+    basis, _ = torch.linalg.qr(torch.randn(size, size, generator=generator, dtype=torch.float64))
+    return basis.float()
+
+
+def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_amplitude: float = 1.6,
+            copy_gain: float = 8.0, seed: int = 0) -> Any:
+    """Write the circuit into ``model`` (configured with ``configure``), deterministically; returns it.
+
+    Layer 0's heads 0-2 write the codes of the tokens one, two and three back (scaled to the size of the
+    token's own code, so that each counts alike after layer 1's norm). Layer 1's head 0 scores every earlier
+    position by how many of the three tokens before it equal the current token and the two before (in three
+    groups of the slow RoPE dims) and copies the best one's token: after ``"name": "`` in a call it finds the
+    token after the same three in the schema, the first token of a tool's name, where a two-token match
+    finds every ``": "``. The query reads the token two back through a map that takes ``arguments`` to
+    ``properties``, so that the call's ``"arguments": {"`` finds the first argument name after the schema's
+    ``"properties": {"``.
+    """
+    import torch
+
+    hd, code = 128, CODE
+    slots = [slice(i * code, (i + 1) * code) for i in range(4)]  # own, one back, two back, three back
+    generator = torch.Generator().manual_seed(seed)
+    embed = model.model.embed_tokens.weight
+    layers = model.model.layers
+    with torch.no_grad():
+        clear(model, code)
+        # codes of one length, so that every slot has the same size after the norms and a token's presence in a
+        # slot reads alike for every token
+        length = embed[:, :code].norm(dim=1).mean()
+        embed[:, :code] *= length / embed[:, :code].norm(dim=1, keepdim=True).clamp_min(1e-6)
+        scale = float(length / math.sqrt(model.config.hidden_size))
+        for token, dims in MARKS.items():  # exact marks of a few tokens, in dims the codes do not use
+            embed[tokenizer.convert_tokens_to_ids(token), list(dims)] = FLAG * length
+        slot_size = math.sqrt(model.config.hidden_size / len(slots))  # a slot's norm after layer 1's norm
+        first = layers[0].self_attn
+        for head, distance in enumerate((1, 2, 3)):
+            distance_head(first, head, hd, distance, DISTANCE_PAIRS, prev_amplitude, ROPE_THETA)
+            first.v_proj.weight[head * hd:head * hd + code, slots[0]] = torch.eye(code)
+            first.o_proj.weight[slots[distance], head * hd:head * hd + code] = scale * torch.eye(code)
+        # the distance-1 head also carries the mark of ``":`` one back
+        first.v_proj.weight[code, COLON] = 1.0
+        first.o_proj.weight[COLON_BEFORE, code] = scale
+        second = layers[1].self_attn
+        for proj in (second.q_proj, second.k_proj, second.v_proj):
+            proj.weight[:hd] = 0
+            proj.bias[:hd] = 0
+        pairs = list(CONTENT_PAIRS)
+        dims = [*pairs, *(i + hd // 2 for i in pairs)]
+        per = (len(dims) - 1) // 3  # the last slow dim: the penalty below
+        args, props = (embed[tokenizer.convert_tokens_to_ids(t), :code].clone() for t in ("arguments", "properties"))
+        args, props = args.double(), props.double()  # float64, then float32: the same bits on any thread count
+        to_properties = (torch.eye(code, dtype=torch.float64) + torch.outer(props - args, args) / args.dot(args)).float()
+        for group, (query, key) in enumerate(((0, 1), (1, 2), (2, 3))):
+            basis = _basis(code, generator)
+            rows = dims[group * per:(group + 1) * per]
+            read = basis[:per] @ to_properties
+            second.q_proj.weight[rows, slots[query]] = match_amplitude * MATCH_WEIGHTS[group] * read
+            second.k_proj.weight[rows, slots[key]] = match_amplitude * basis[:per]
+        # never copy the instructions' placeholder ``<`` (``"name": <function-name>``), nor a number's or
+        # boolean's opener (the request's ``grams 41`` continues ``gram`` as the schema's ``"grams":`` does; the
+        # value heads below open values)
+        second.q_proj.bias[dims[-1]] = 1.0
+        second.k_proj.weight[dims[-1], NO_COPY] = -NO_COPY_PENALTY * math.sqrt(hd) / (FLAG * slot_size)
+        second.v_proj.weight[:code, slots[0]] = torch.eye(code)
+        second.o_proj.weight[slots[0], :code] = copy_gain * torch.eye(code)
+        _value_heads(second, embed[:, :code], tokenizer, slots, hd, generator, 2 * copy_gain)
+    return model
+
+
+def _value_heads(attention: Any, codes: Any, tokenizer: Any, slots: list[slice], hd: int, generator: Any,
+                 gain: float, match: float = 10.0, pick: float = 8.0, margin: float = 16.0) -> None:
+    """Layer 1's heads 1 and 2: copy an argument's value from the request into the call.
+
+    The call writes ``"grams": 41`` where the request has ``grams 41`` (tokens ``s ": Ġ 4 1`` against
+    ``s Ġ 4 1``). Head 1, after the call's ``":``, finds the request's token whose two before equal the two
+    before ``":`` (the argument name's last two) and that opens a value (`` `` or `` "``); head 2, on that
+    opener, finds the request's token whose one before equals it and whose two before equals the token two
+    back (the name's last): the value's first token. Each attends to ``<|im_start|>`` (a sink that copies
+    nothing) unless its trigger is there, so they are silent everywhere else. Scores are in nats.
+    """
+    import torch
+
+    def mark(dim: int) -> Any:
+        """A row that reads 1 from a token's mark in ``dim`` (after layer 1's norm), 0 without it."""
+        row = torch.zeros(attention.q_proj.in_features)
+        row[dim] = 1 / (FLAG * size)
+        return row
+
+    # the norm of a slot after layer 1's norm: four slots of about equal size share the stream's
+    size = math.sqrt(attention.q_proj.in_features / len(slots))
+    root = math.sqrt(hd)
+    sink, colon, colon_before, openers = mark(SINK), mark(COLON), mark(COLON_BEFORE), mark(OPENER)
+    start = codes[tokenizer.convert_tokens_to_ids("<|im_start|>")]
+    start = start / start.norm()  # the sink's own code, which the heads' values leave out
+    pairs = list(CONTENT_PAIRS)
+    free = [*pairs, *(i + hd // 2 for i in pairs)]
+    code = slots[0].stop
+    a = math.sqrt(match * root) / size  # content weight: a match of one slot scores ``match`` nats
+    # head 2's trigger is two marks (a value's opener after ``":``), each half of it: one alone (``": {"``
+    # before an argument name) leaves the sink above a two-token match
+    for head, (reads, trigger) in ((1, (((1, 1), (2, 2)), colon)),
+                                   (2, (((0, 1), (2, 2)), (colon_before + openers) / 2))):
+        base = head * hd
+        for proj in (attention.q_proj, attention.k_proj, attention.v_proj):
+            proj.weight[base:base + hd] = 0
+            proj.bias[base:base + hd] = 0
+        for group, (query, key) in enumerate(reads):
+            basis = _basis(code, generator)
+            rows = [base + d for d in free[group * code:(group + 1) * code]]
+            attention.q_proj.weight[rows, slots[query]] = a * basis
+            attention.k_proj.weight[rows, slots[key]] = a * basis
+        d_sink, d_pick = base + free[2 * code], base + free[2 * code + 1]
+        # the sink: above any two-slot match at <|im_start|>, but between one and two matches where the trigger
+        # token is in its slot (so that a half match does not copy)
+        off, on = 2 * match + margin, 1.3 * match
+        attention.k_proj.weight[d_sink] = root * sink
+        attention.q_proj.bias[d_sink] = off
+        attention.q_proj.weight[d_sink] = -(off - on) * trigger
+        if head == 1:  # a value's opener, not the ``":`` itself nor the schema's ``.`` or ``"`` after a name
+            attention.q_proj.bias[d_pick] = 1.0
+            attention.k_proj.weight[d_pick] = root * pick * (openers - colon)
+        # the value: the token's own code, without the sink's (so that the sink copies nothing)
+        attention.v_proj.weight[base:base + code, slots[0]] = torch.eye(code) - torch.outer(start, start)
+        attention.o_proj.weight[slots[0], base:base + code] = gain * torch.eye(code)
+
+
+def fresh_model(seed: int = 0, freeze: bool = False) -> Any:
+    """A model of tiny's architecture and tokenizer, configured and with the circuit installed.
+
+    ``freeze``: the circuit's layers (0 and 1) and the token embedding (the codes, the marks and the tied
+    unembedding) keep their set values through a fine-tune; layers 2 and 3 learn around them.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    from .tiny import tiny_model_path
+
+    base = str(tiny_model_path())
+    config = configure(AutoConfig.from_pretrained(base))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config).to(torch.float32)
+    model.generation_config = GenerationConfig.from_pretrained(base)
+    install(model, AutoTokenizer.from_pretrained(base), seed=seed)
+    if freeze:
+        model.model.embed_tokens.weight.requires_grad_(False)
+        for layer in model.model.layers[:2]:  # all of them: layer 0's MLP and norms feed layer 1's matches
+            layer.requires_grad_(False)
+    return model

@@ -1,0 +1,77 @@
+"""The copy circuit set by hand (models/copy_circuit.py): untrained, it already copies held-out names and values.
+
+Each case is a prompt with one of tests/agent_cells.py's held-out-name tools and a request in the corpus's
+phrasing, then the start of a call; greedy decoding of the *untrained* circuit must continue it with the
+tool's name, the argument's name or the request's value, none of which it has ever seen.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from grpo_magic.models import tool_corpus
+
+TOOLS = {
+    "weigh_parcel": [("grams", "integer", None)],
+    "reserve_harbor": [("minutes", "integer", None), ("owner", "string", None)],
+    "paint_garden": [("shade", "enum", ["red", "green", "blue"])],
+}
+CASES = [  # (tool, arguments, the call's start, what the circuit must write next)
+    ("weigh_parcel", {"grams": 41}, '{"name": "', 'weigh_parcel"'),
+    ("weigh_parcel", {"grams": 41}, '{"name": "weigh_parcel", "arguments": {"', 'grams":'),
+    ("weigh_parcel", {"grams": 41}, '{"name": "weigh_parcel", "arguments": {"grams":', " 41"),
+    ("reserve_harbor", {"minutes": 7, "owner": "Oslo"}, '{"name": "', 'reserve_harbor"'),
+    ("reserve_harbor", {"minutes": 7, "owner": "Oslo"}, '{"name": "reserve_harbor", "arguments": {"minutes":', " 7"),
+    # after a string argument's name the request's `` "`` ties with the schema's ``":`` (the fine-tune settles it)
+    ("paint_garden", {"shade": "green"}, '{"name": "paint_garden", "arguments": {"', "shade"),
+    ("paint_garden", {"shade": "green"}, '{"name": "paint_garden", "arguments": {"shade":', ' "green"'),
+]
+
+
+@pytest.fixture(scope="module")
+def circuit():
+    from transformers import AutoTokenizer
+
+    from grpo_magic.models.copy_circuit import fresh_model
+    from grpo_magic.models.tiny import tiny_model_path
+
+    return fresh_model(0).eval(), AutoTokenizer.from_pretrained(str(tiny_model_path()))
+
+
+@pytest.mark.parametrize(("tool", "arguments", "start", "want"), CASES)
+def test_the_untrained_circuit_copies_held_out_names_and_values(circuit, tool, arguments, start, want) -> None:
+    import torch
+
+    model, tokenizer = circuit
+    schema = tool_corpus._schema(tool, f"{tool.split('_')[0].capitalize()} the {tool.split('_')[1]}.", TOOLS[tool])
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": tool_corpus.tool_request(tool, arguments)}],
+                                           tools=[schema], tokenize=False, add_generation_prompt=True)
+    enc = tokenizer(prompt + "<tool_call>\n" + start, return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(**enc, max_new_tokens=len(tokenizer(want)["input_ids"]) + 1, do_sample=False,
+                             pad_token_id=tokenizer.pad_token_id)
+    assert tokenizer.decode(out[0, enc["input_ids"].shape[1]:]).startswith(want)
+
+
+def test_a_request_in_another_phrasing_gives_the_value_heads_nothing_to_copy(circuit) -> None:
+    """The value heads match the argument name's last two tokens before the value: ``grams=41`` has none."""
+    import torch
+
+    model, tokenizer = circuit
+    schema = tool_corpus._schema("weigh_parcel", "Weigh the parcel.", TOOLS["weigh_parcel"])
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "weigh_parcel(grams=41)"}], tools=[schema],
+                                           tokenize=False, add_generation_prompt=True)
+    enc = tokenizer(prompt + '<tool_call>\n{"name": "weigh_parcel", "arguments": {"grams":', return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(**enc, max_new_tokens=2, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    assert not tokenizer.decode(out[0, enc["input_ids"].shape[1]:]).startswith(" 41")
+
+
+def test_the_frozen_start_trains_only_the_layers_after_the_circuit() -> None:
+    from grpo_magic.models.copy_circuit import SIZES, fresh_model
+
+    model = fresh_model(0, freeze=True)
+    trained = {name.split(".")[2] if name.startswith("model.layers.") else name.split(".")[1]
+               for name, p in model.named_parameters() if p.requires_grad}
+    assert trained == {"2", "3", "norm"}, trained  # layers 2 and 3 and the final norm; codes and circuit kept
+    assert model.config.hidden_size == SIZES["hidden_size"] and model.config.head_dim == SIZES["head_dim"]
