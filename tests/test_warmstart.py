@@ -129,6 +129,33 @@ def test_a_build_is_deterministic_cached_and_loads_like_any_model(
     assert out.shape[1] > prompt["input_ids"].shape[1]
 
 
+def _circuit_start(seed: int) -> Any:
+    from grpo_magic.models.copy_circuit import fresh_model
+
+    return fresh_model(seed, freeze=True)
+
+
+def test_a_recipe_can_start_from_its_own_model_and_keep_part_of_it(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, tiny_path: str
+) -> None:
+    """``start``: the copy circuit's model, frozen where the circuit is, is what SFT trains and saves."""
+    import dataclasses
+
+    import torch
+
+    recipe = dataclasses.replace(RECIPE, name="tiny-test-start", version="tiny-test-start-v1", sizes={},
+                                 start=_circuit_start, check=None)
+    before = _circuit_start(recipe.seed).state_dict()
+    monkeypatch.setenv("GRPO_MAGIC_CACHE", str(tmp_path))
+    (tmp_path / models.TINY_VERSION).symlink_to(tiny_path)
+    after = models.load_model(str(recipe.path())).state_dict()
+    assert after["model.embed_tokens.weight"].shape[1] == 192  # the start's architecture, not tiny's
+    kept = [k for k in before if k.startswith(("model.embed_tokens", "model.layers.0.", "model.layers.1."))]
+    changed = [k for k in before if k.startswith("model.layers.3.") and not torch.equal(before[k], after[k])]
+    assert kept and all(torch.equal(before[k], after[k]) for k in kept)
+    assert changed  # the layers after the circuit learned
+
+
 def test_warm_started_models_are_offline_models() -> None:
     from grpo_magic.models import tiny_math
 

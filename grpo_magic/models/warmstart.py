@@ -79,6 +79,9 @@ class WarmStart:
     sizes: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     check: Callable[[Any, Any], dict[str, Any]] | None = None
     description: str = ""
+    #: A function of the seed that returns the model to fine-tune, instead of ``tiny`` or a fresh model of
+    #: ``sizes`` (tiny-agent v2: a fresh model with a copy circuit set by hand, models/copy_circuit.py).
+    start: Callable[[int], Any] | None = None
 
     @property
     def cache_key(self) -> str:
@@ -112,10 +115,12 @@ class WarmStart:
         return Dataset.from_dict(columns, features=Features(features))
 
     def _start_model(self) -> Any:
-        """``tiny`` itself, or a fresh model of its architecture with ``sizes`` changed."""
+        """``start(seed)``, else ``tiny`` itself, or a fresh model of its architecture with ``sizes`` changed."""
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
+        if self.start is not None:
+            return self.start(self.seed)
         base = str(tiny_model_path())
         if not self.sizes:
             return AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
