@@ -2,7 +2,7 @@
 
 Every name comes from ``models.tool_corpus.HELD_OUT_*`` (lists its corpus never uses), so a right call to
 these tools shows that a model read the schema in its prompt. Each cell is what a user would type; the
-requests use the corpus's phrasing (``tool_corpus.tool_request``: "Use the weigh_parcel tool with grams 42.").
+requests use the corpus's phrasing (``tool_corpus.tool_request``: ``Use the "weigh_parcel" tool with grams 42``).
 tests/test_tool_calls.py and bench/agent_cpu.py run them.
 """
 
@@ -30,7 +30,7 @@ class WeighParcel:
     def build_dataset(self, tokenizer=None):
         rng = random.Random(0)
         grams = [rng.randint(0, 99) for _ in range(32)]
-        return Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Use the weigh_parcel tool with grams {g}."}]
+        return Dataset.from_dict({"prompt": [[{"role": "user", "content": f'Use the "weigh_parcel" tool with grams {g}'}]
                                              for g in grams], "grams": grams})
 
     def reset(self, **row):
@@ -56,7 +56,7 @@ class ReserveHarbor:
         rng = random.Random(1)
         rows = [(rng.randint(0, 99), rng.choice(["Paris", "Oslo", "Lima", "Rome"])) for _ in range(32)]
         return Dataset.from_dict({
-            "prompt": [[{"role": "user", "content": f"Use the reserve_harbor tool with minutes {m} and owner {o}."}]
+            "prompt": [[{"role": "user", "content": f'Use the "reserve_harbor" tool with minutes {m} and owner "{o}"'}]
                        for m, o in rows],
             "minutes": [m for m, _ in rows], "owner": [o for _, o in rows]})
 
@@ -83,7 +83,7 @@ class PaintGarden:
     def build_dataset(self, tokenizer=None):
         rng = random.Random(2)
         shades = [rng.choice(["red", "green", "blue"]) for _ in range(32)]
-        return Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Use the paint_garden tool with shade {s}."}]
+        return Dataset.from_dict({"prompt": [[{"role": "user", "content": f'Use the "paint_garden" tool with shade "{s}"'}]
                                              for s in shades], "shade": shades})
 
     def reset(self, **row):
@@ -109,7 +109,7 @@ class GuessThenEncode:
         rng = random.Random(3)
         pets = [rng.choice(["cat", "dog", "fish", "bird"]) for _ in range(32)]
         return Dataset.from_dict({"prompt": [[{"role": "user", "content":
-                                               f"Use guess_secret with pet {p}, then encode_grade with the result."}]
+                                               f'Use "guess_secret" with pet "{p}", then "encode_grade" with the result.'}]
                                              for p in pets], "pet": pets})
 
     def reset(self, **row):
@@ -149,7 +149,7 @@ class BakeRotateBorrow:
         for _ in range(64):
             tool, arg = rng.choice([("bake_lemon", "grams"), ("rotate_ladder", "floor"), ("borrow_violin", "minutes")])
             value = rng.randint(0, 99)
-            rows["prompt"].append([{"role": "user", "content": f"Use the {tool} tool with {arg} {value}."}])
+            rows["prompt"].append([{"role": "user", "content": f'Use the "{tool}" tool with {arg} {value}'}])
             rows["tool"].append(tool)
             rows["arg"].append(arg)
             rows["value"].append(value)

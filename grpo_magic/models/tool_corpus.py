@@ -5,9 +5,11 @@ envs/weather_agent.py and for no env a user writes. This module generates what a
 be fine-tuned on (the same ``warmstart`` recipe), so that the model has to *read the offered schemas and the
 request* rather than remember tools:
 
-- tool names (``verb`` or ``verb_noun``), descriptions and argument names drawn at random from word
-  lists; ``HELD_OUT_VERBS``, ``HELD_OUT_NOUNS`` and ``HELD_OUT_ARGS`` are never used, so that envs named from
-  them (tests/agent_cells.py) test reading, not memory;
+- tool names (``verb`` or ``verb_noun``), descriptions and argument names drawn at random from lists of
+  generated words (``pseudo_words``); ``HELD_OUT_VERBS``, ``HELD_OUT_NOUNS`` and ``HELD_OUT_ARGS`` (English
+  words) are never used, so that envs named from them (tests/agent_cells.py) test reading, not memory;
+- requests that name the tool in quotes and give each argument's name then its value as the call's JSON
+  writes it, ending with the last value (``tool_request``: ``Use the "add" tool with a 3 and b 4``);
 - 1 to 3 tools offered (``TOOL_COUNTS``), the one the request names among distractors; 0 to 2 arguments
   (``ARG_COUNTS``; the generator takes up to 3) of the JSON-schema types TRL derives from type hints
   (integer, number, boolean, string, ``Literal`` enum), rendered exactly as ``get_json_schema`` renders a
@@ -34,41 +36,39 @@ right, greedy, from 3 to 7 times the build budget (bench/agent_sft_probe.py, ben
 circuit set by hand in the weights (bench/induction_circuit.py) that matches on two previous tokens copies
 held-out names at step 0 as well as those runs did after 1,500 steps; fine-tuned from it, the model names the
 tools and arguments right but invents the values, which the requests spell differently (same file).
-"""
+
+``RECIPE`` now starts from ``copy_circuit`` (a three-token match that finds the first token of a tool's
+and an argument's name, and two heads that copy a value from the request), frozen, and fine-tunes layers 2
+and 3 for 200 steps of 8 chats. Untrained, teacher-forced, the circuit predicts 0.98 of a name's tokens
+after its first and a value's first token 0.83 of the time; the fine-tunes of this round wrote right calls
+to the one-integer and enum envs for a while (0.56 and 1.0 greedy at step 150 of one run) but did not hold
+them to the end (bench/RESULTS-agent.md, 2026-12-02, third part). Still not ``tiny-agent``."""
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
 from .tiny_agent import AGENT_CITIES, RIGHT_TOOL_SHARE, TIME_QUESTIONS, WEATHER, WEATHER_QUESTIONS, agent_tools
 from .warmstart import Example, WarmStart
 
-# Word lists the corpus draws names from. The HELD_OUT_* lists are disjoint from them and never used
+
+def pseudo_words(seed: int, n: int) -> tuple[str, ...]:
+    """``n`` pronounceable random words (``"sejmu"``, ``"wuvijkab"``), none in the held-out lists: names the
+    model cannot have met, so that calling them right means reading them from the prompt."""
+    held = set(HELD_OUT_VERBS + HELD_OUT_NOUNS + HELD_OUT_ARGS)
+    rng, cons, vowels, out = random.Random(seed), "bcdfghjklmnprstvwz", "aeiou", set()
+    while len(out) < n:
+        word = "".join(rng.choice(cons) + rng.choice(vowels) + (rng.choice(cons) if rng.random() < 0.5 else "")
+                       for _ in range(rng.randint(1, 3)))
+        if word not in held:
+            out.add(word)
+    return tuple(sorted(out))
+
+
+# Names in the corpus are drawn from generated words; the HELD_OUT_* lists (English words) are never used
 # by the corpus: envs named from them test that the model reads schemas, not memory.
-VERBS = (
-    "get", "find", "fetch", "check", "make", "send", "set", "list", "read", "open", "close", "start", "stop",
-    "load", "save", "show", "track", "move", "push", "pull", "print", "sort", "mark", "rank", "pick", "plan",
-    "call", "ask", "buy", "sell", "pay", "book", "join", "lock", "ring", "fill", "draw", "mix", "cook", "wash",
-    "play", "test", "tag", "log", "post", "ship", "scan", "fix", "build", "search", "lookup", "compute",
-    "update", "create", "delete", "select", "measure", "order", "report", "translate",
-)
-NOUNS = (
-    "price", "city", "room", "name", "file", "user", "item", "order", "ticket", "song", "book", "movie",
-    "flight", "train", "car", "page", "note", "task", "event", "color", "score", "team", "game", "word",
-    "number", "date", "day", "week", "month", "year", "hour", "place", "road", "map", "house", "door", "shop",
-    "bank", "card", "coin", "stock", "news", "mail", "phone", "photo", "image", "video", "light", "sound",
-    "recipe", "meal", "drink", "table", "chair", "plant", "tree", "river", "lake", "star", "planet", "moon",
-    "cloud", "wind", "rain", "snow", "temperature", "distance", "speed", "size", "weight", "account",
-    "balance", "invoice", "product", "stats", "profile", "status", "list", "record", "value",
-)
-ARGS = (
-    "a", "b", "x", "y", "n", "k", "id", "name", "city", "count", "limit", "size", "level", "mode", "kind",
-    "color", "query", "text", "word", "day", "month", "year", "hour", "key", "code", "page", "index", "total",
-    "amount", "price", "rate", "speed", "width", "height", "depth", "label", "title", "tag", "user", "item",
-    "place", "target", "source", "start", "end", "first", "last", "value", "number", "flag", "verbose",
-    "strict", "quick", "lang", "style", "unit", "team", "topic",
-)
 HELD_OUT_VERBS = ("add", "guess", "convert", "multiply", "reserve", "weigh", "paint", "borrow", "greet", "bake",
                   "rotate", "encode")
 HELD_OUT_NOUNS = ("sum", "secret", "currency", "grade", "parcel", "garden", "ladder", "violin", "harbor",
@@ -83,6 +83,7 @@ STRING_VALUES = (
     "summer", "winter", "monday", "friday", "jazz", "rock", "piano", "guitar", "chess", "tennis", "bread",
     "rice", "salt", "sugar", "stone", "glass", "paper", "wood", "iron", "music", "story", "hello", "world",
 )
+VERBS, NOUNS, ARGS = pseudo_words(1, 3000), pseudo_words(2, 3000), pseudo_words(3, 3000)
 TYPES = ("integer", "number", "boolean", "string", "enum")
 
 #: Share of the chats with a distractor in which the (noisy) teacher calls a distractor.
@@ -96,9 +97,11 @@ CORPUS_SIZE = 6000
 TOOL_COUNTS = (1, 2, 2, 3)
 ARG_COUNTS = (0, 1, 1, 2)
 
-_TOOL_REQUESTS = ("Use the {tool} tool{args}.", "Call {tool}{args}.", "Please run {tool}{args}.",
-                  "Use {tool}{args}.")
-_CHAINS = ("Use {t1}{args}, then {t2} with the result.", "Call {t1}{args} and then {t2} on the result.")
+# A request names its tool in quotes and ends with its last value (after ``grams 41.`` a model cannot tell an
+# integer's end from a number's decimal point).
+_TOOL_REQUESTS = ('Use the "{tool}" tool{args}', 'Call "{tool}"{args}', 'Please run "{tool}"{args}',
+                  'Use "{tool}"{args}')
+_CHAINS = ('Use "{t1}"{args}, then "{t2}" with the result.', 'Call "{t1}"{args} and then "{t2}" on the result.')
 _ANSWERS = ("The result is {r}.", "Done: {r}.", "It is {r}.")
 _DIRECT = (("Hello!", "Hello! How can I help?"), ("Hi there.", "Hi! How can I help?"),
            ("Thank you.", "You are welcome."), ("Say {w}.", "{w}."), ("Repeat the word {w}.", "{w}."),
@@ -259,11 +262,11 @@ class _Corpus:
 
 
 def _phrase(args: dict[str, Any]) -> str:
-    """How a request gives the arguments: `` with count 3 and city Paris`` (JSON spelling for booleans)."""
+    """How a request gives the arguments: `` with count 3 and city "Paris"``: each name then its value as the
+    call's JSON writes it (strings quoted, booleans ``true``), so that the value's tokens are the call's."""
     if not args:
         return ""
-    parts = [f"{k} {str(v).lower() if isinstance(v, bool) else v}" for k, v in args.items()]
-    return " with " + " and ".join(parts)
+    return " with " + " and ".join(f"{k} {json.dumps(v)}" for k, v in args.items())
 
 
 def _call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -278,13 +281,13 @@ def tool_use_corpus(seed: int, size: int = CORPUS_SIZE) -> list[Example]:
 
 
 def tool_request(tool: str, arguments: dict[str, Any]) -> str:
-    """A request in the corpus's phrasing (``Use the add tool with a 3 and b 4.``): for envs, tests, bench/."""
-    return f"Use the {tool} tool{_phrase(arguments)}."
+    """A request in the corpus's phrasing (``Use the "add" tool with a 3 and b 4``): for envs, tests, bench/."""
+    return f'Use the "{tool}" tool{_phrase(arguments)}'
 
 
 def chain_request(first: str, arguments: dict[str, Any], second: str) -> str:
     """A two-call request in the corpus's phrasing: the second tool takes the first one's result."""
-    return f"Use {first}{_phrase(arguments)}, then {second} with the result."
+    return f'Use "{first}"{_phrase(arguments)}, then "{second}" with the result.'
 
 
 def held_out_chats(seed: int, size: int) -> list[Example]:
@@ -366,21 +369,35 @@ def check(model: Any, tokenizer: Any, size: int = 96) -> dict[str, Any]:
     return out
 
 
+#: The fine-tune's length and batch: the corpus holds exactly the chats it reads once.
+STEPS, BATCH = 200, 8
+
+
+def _corpus(seed: int) -> list[Example]:
+    return tool_use_corpus(seed, STEPS * BATCH)
+
+
+def _circuit_start(seed: int) -> Any:
+    from .copy_circuit import fresh_model
+
+    return fresh_model(seed, freeze=True)
+
+
 RECIPE = WarmStart(
     name="tiny-agent-general",
-    version="tiny-agent-general-v0",
-    corpus=tool_use_corpus,
+    version="tiny-agent-general-v1",
+    corpus=_corpus,
     sft={
-        "max_steps": 450,
-        "per_device_train_batch_size": 8,
-        "learning_rate": 3e-3,
+        "max_steps": STEPS,
+        "per_device_train_batch_size": BATCH,
+        "learning_rate": 1e-3,
         "lr_scheduler_type": "constant_with_warmup",
         "warmup_steps": 10,
         "max_length": 768,
         "logging_steps": 50,
+        "gradient_checkpointing": False,  # a 4-layer model: recomputing activations only costs time
     },
-    # tiny itself (64 wide, 2 layers) copied no unseen name in 600 steps (see the module docstring)
-    sizes={"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 4},
+    start=_circuit_start,
     check=check,
     description="calls to the tools its prompt offers (not yet: see the module docstring)",
 )
