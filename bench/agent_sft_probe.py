@@ -7,7 +7,7 @@ remember"), reproducible. Not a product path: nothing here is registered as a mo
     python bench/agent_sft_probe.py envs /tmp/model
     python bench/agent_sft_probe.py names            # the untrained circuits; or: names /tmp/model
 
-- ``copier``: the 128-wide, 4-layer model (``tool_corpus.RECIPE.sizes``) trained on repeated random token
+- ``copier``: the 128-wide, 4-layer model (``SIZES``) trained on repeated random token
   sequences of a fixed length (8 noise, 24 random, the same 24 again). It learns to copy from a fixed
   distance (a shortcut, not an induction circuit; ``--vary`` draws the length and place, which it does not
   learn in minutes).
@@ -65,18 +65,6 @@ _QUOTED_REQUESTS = ('Use the "{tool}" tool{args}.', 'Call "{tool}"{args}.', 'Ple
 _QUOTED_CHAINS = ('Use "{t1}"{args}, then "{t2}" with the result.', 'Call "{t1}"{args} and then "{t2}" on the result.')
 
 
-def pseudo_words(seed: int, n: int) -> tuple[str, ...]:
-    """``n`` pronounceable random words (``"sejmu"``, ``"wuvijkab"``), none in the held-out lists."""
-    held = set(tool_corpus.HELD_OUT_VERBS + tool_corpus.HELD_OUT_NOUNS + tool_corpus.HELD_OUT_ARGS)
-    rng, cons, vowels, out = random.Random(seed), "bcdfghjklmnprstvwz", "aeiou", set()
-    while len(out) < n:
-        word = "".join(rng.choice(cons) + rng.choice(vowels) + (rng.choice(cons) if rng.random() < 0.5 else "")
-                       for _ in range(rng.randint(1, 3)))
-        if word not in held:
-            out.add(word)
-    return tuple(sorted(out))
-
-
 def _quoted_phrase(args: dict[str, Any]) -> str:
     """`` with color "red" and n 3``: strings quoted as in JSON, so that they tokenize as in the call."""
     if not args:
@@ -116,10 +104,13 @@ def quote_requests(period: bool = True, json_args: bool = False) -> None:
     tool_corpus._phrase = _PHRASE[0]
 
 
+#: The 128-wide, 4-layer model of the copier and the runs without a circuit (the general recipe's before the
+#: copy circuit).
+SIZES = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 4}
+
+
 def random_name_corpus(seed: int, size: int = tool_corpus.CORPUS_SIZE) -> list[Example]:
-    corpus = tool_corpus._Corpus(random.Random(f"tool-use-v2-{seed}"), pseudo_words(1, 3000), pseudo_words(2, 3000),
-                                 pseudo_words(3, 3000))
-    return [corpus.chat() for _ in range(size)]
+    return tool_corpus.tool_use_corpus(seed, size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,8 +119,9 @@ class FromCopier(WarmStart):
     or that starts from the hand-set copy circuit (``circuit``: bench/induction_circuit.py)."""
 
     init: str | None = None
-    circuit: int = 0  # 0: no circuit; 1 or 2: the circuit matching on that many previous tokens
+    circuit: int = 0  # 0: no circuit; 1, 2 or 3: the circuit matching on that many previous tokens
     conversation_loss: bool = False
+    freeze: bool = False  # the circuit's layers' attention and the token codes stay as set
 
     def dataset(self) -> Any:
         return conversation_dataset(self.corpus(self.seed)) if self.conversation_loss else super().dataset()
@@ -138,6 +130,10 @@ class FromCopier(WarmStart):
         if self.circuit:
             import induction_circuit
 
+            if self.circuit == 3:
+                from grpo_magic.models import copy_circuit
+
+                return copy_circuit.fresh_model(self.seed, freeze=self.freeze)
             return induction_circuit.fresh_model(self.seed, match=self.circuit)
         model = super()._start_model()
         if self.init:
@@ -174,6 +170,10 @@ def conversation_dataset(examples: list[Example]) -> Any:
     return Dataset.from_dict({"input_ids": ids, "assistant_masks": masks})
 
 
+#: Whether env_check also returns each env's first reply (``--show``).
+SHOW: list[bool] = []
+
+
 def env_check(model: Any, tokenizer: Any, n: int = 32, quoted: bool = True,
               modes: tuple[str, ...] = ("greedy", "sampled")) -> dict[str, Any]:
     """First replies to ``_ENVS`` (``n`` requests each): [share with a call to an offered tool whose arguments
@@ -205,6 +205,8 @@ def env_check(model: Any, tokenizer: Any, n: int = 32, quoted: bool = True,
                 typed += bool(call and call["name"] in schemas and tool_corpus.fits_schema(call["arguments"], schemas[call["name"]]))
                 right += call == {"name": tool, "arguments": args}
             out[f"{env}/{mode}"] = [round(typed / n, 2), round(right / n, 2)]
+            if SHOW:
+                out[f"{env}/{mode}/first"] = texts[0][:110]
     tokenizer.padding_side = side
     model.train(was_training)
     return out
@@ -215,7 +217,7 @@ def copier(steps: int, save: str, vary: bool = False, batch: int = 32, length: i
     import torch
 
     torch.set_num_threads(1)
-    recipe = WarmStart(name="probe", version="probe", corpus=random_name_corpus, sizes=tool_corpus.RECIPE.sizes)
+    recipe = WarmStart(name="probe", version="probe", corpus=random_name_corpus, sizes=SIZES)
     model = recipe._start_model()
     from induction_circuit import token_pool
     from transformers import AutoTokenizer
@@ -259,7 +261,7 @@ def copier(steps: int, save: str, vary: bool = False, batch: int = 32, length: i
 
 def sft(steps: int, full_loss: bool, init: str | None, save: str | None, lr: float = 1e-3, batch: int = 8,
         circuit: int = 0, every: int = 0, schedule: str = "constant_with_warmup", conversation: bool = False,
-        period: bool = True, json_args: bool = False) -> None:
+        period: bool = True, json_args: bool = False, freeze: bool = False) -> None:
     """The tool-call fine-tune (``WarmStart.build``) on the random-name corpus; prints its build record.
 
     With ``every``, ``env_check`` (greedy, 16 requests an env) every ``every`` steps; its time is not counted
@@ -269,7 +271,7 @@ def sft(steps: int, full_loss: bool, init: str | None, save: str | None, lr: flo
 
     quote_requests(period, json_args)
     settings = {**tool_corpus.RECIPE.sft, "max_steps": steps, "learning_rate": lr, "per_device_train_batch_size": batch,
-                "lr_scheduler_type": schedule}
+                "lr_scheduler_type": schedule, "gradient_checkpointing": False}
     if full_loss or conversation:
         settings["assistant_only_loss"] = False
 
@@ -299,8 +301,8 @@ def sft(steps: int, full_loss: bool, init: str | None, save: str | None, lr: flo
         return {**tool_corpus.check(model, tokenizer), "envs": env_check(model, tokenizer)}
 
     recipe = Probed(name="probe", version="probe", corpus=random_name_corpus, sft=settings,
-                    sizes=tool_corpus.RECIPE.sizes, check=both, init=init, circuit=circuit,
-                    conversation_loss=conversation)
+                    sizes=SIZES, check=both, init=init, circuit=circuit,
+                    conversation_loss=conversation, freeze=freeze)
     with tempfile.TemporaryDirectory() as tmp:
         info = recipe.build(pathlib.Path(save or tmp))
     print(json.dumps({k: info[k] for k in ("steps", "loss_curve", "build_seconds", "check")}))
@@ -374,6 +376,9 @@ def call_fields(model: Any, tokenizer: Any, chats: int = 120) -> dict[str, Any]:
     return {part: f"{right / total:.2f} of {total}" for part, (right, total) in sorted(counts.items())}
 
 
+MATCHES = [1, 2, 3]
+
+
 def names(path: str | None) -> None:
     """``name_copies`` of the untrained circuits (1- and 2-token match), or of a saved model."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -388,7 +393,7 @@ def names(path: str | None) -> None:
     import induction_circuit
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_path()))
-    for match in (1, 2):
+    for match in MATCHES:
         model = induction_circuit.fresh_model(match=match).eval()
         print(json.dumps({f"untrained, {match}-token match": {**name_copies(model, tokenizer),
                                                               **call_fields(model, tokenizer)}}))
@@ -411,16 +416,20 @@ def main() -> None:
     parser.add_argument("--vary", action="store_true", help="copier: repeats of random length and place")
     parser.add_argument("--full-loss", action="store_true", help="sft: loss on the whole chat")
     parser.add_argument("--init", default=None, help="sft: start from a copier's state dict")
-    parser.add_argument("--circuit", type=int, default=0, choices=(0, 1, 2),
+    parser.add_argument("--circuit", type=int, default=0, choices=(0, 1, 2, 3),
                         help="sft: start from the hand-set copy circuit matching on 1 or 2 previous tokens")
     parser.add_argument("--conversation-loss", action="store_true",
                         help="sft: loss on the conversation (not the system turn with the schemas, nor tool results)")
     parser.add_argument("--json-args", action="store_true", help="sft: requests give the arguments as the call's JSON")
     parser.add_argument("--no-period", action="store_true", help="sft: one-call requests end with their last value")
+    parser.add_argument("--show", action="store_true", help="env_check: each env's first reply too")
+    parser.add_argument("--freeze", action="store_true", help="sft: keep the circuit (layers 0-1 attention, codes) as set")
     parser.add_argument("--every", type=int, default=0, help="sft: env_check every N steps")
     parser.add_argument("--schedule", default="constant_with_warmup", help="sft: the learning-rate schedule")
     parser.add_argument("--save", default=None)
     args = parser.parse_args()
+    if args.show:
+        SHOW.append(True)
     if args.part == "copier":
         copier(args.steps, args.save or "copier.pt", vary=args.vary, lr=args.lr)
     elif args.part == "envs":
@@ -430,7 +439,7 @@ def main() -> None:
     else:
         sft(args.steps, args.full_loss, args.init, args.save, lr=args.lr, circuit=args.circuit, every=args.every,
             schedule=args.schedule, conversation=args.conversation_loss, period=not args.no_period,
-            json_args=args.json_args)
+            json_args=args.json_args, freeze=args.freeze)
 
 
 if __name__ == "__main__":

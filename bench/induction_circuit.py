@@ -36,8 +36,10 @@ be matched on two), and 0.97 of the continuation tokens of held-out tool names i
 
 from __future__ import annotations
 
-import math
 from typing import Any
+
+from grpo_magic.models.copy_circuit import clear as _clear
+from grpo_magic.models.copy_circuit import distance_head as _distance_head
 
 #: RoPE's base: high, so that its low-frequency pairs keep contents comparable across a whole chat.
 ROPE_THETA = 1e10
@@ -96,36 +98,6 @@ def install(model: Any, prev_amplitude: float = 18.0, match_amplitude: float = 5
     return model
 
 
-def _clear(model: Any, code: int) -> None:
-    """The embedding's dims past ``code`` and every output projection (attention and MLP) to zero: the residual
-    stream holds the token codes alone until the circuit writes into it and the fine-tune grows the rest."""
-    model.model.embed_tokens.weight[:, code:] = 0
-    for layer in model.model.layers:
-        layer.self_attn.o_proj.weight.zero_()
-        layer.mlp.down_proj.weight.zero_()
-
-
-def _distance_head(attention: Any, head: int, hd: int, distance: int, pairs: range, amplitude: float,
-                   theta: float) -> None:
-    """Make ``head`` attend ``distance`` tokens back whatever the contents: a constant query and key (in the
-    biases, the weights zero), the key turned by ``distance`` positions' angle in each RoPE pair of ``pairs``."""
-    import torch
-
-    half = hd // 2
-    freqs = theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
-    query, key = torch.zeros(hd, dtype=torch.float64), torch.zeros(hd, dtype=torch.float64)
-    for i in pairs:
-        query[i] = amplitude
-        key[i] = amplitude * math.cos(distance * freqs[i])
-        key[i + half] = amplitude * math.sin(distance * freqs[i])
-    rows = slice(head * hd, (head + 1) * hd)
-    for proj in (attention.q_proj, attention.k_proj, attention.v_proj):
-        proj.weight[rows] = 0
-        proj.bias[rows] = 0
-    attention.q_proj.bias[rows] = query.float()
-    attention.k_proj.bias[rows] = key.float()
-
-
 def install_two(model: Any, prev_amplitude: float = 14.0, match_amplitude: float = 4.0, copy_gain: float = 8.0,
                 seed: int = 0) -> Any:
     """The two-token match (see the module docstring) in a model configured with ``configure(match=2)``."""
@@ -163,7 +135,11 @@ def install_two(model: Any, prev_amplitude: float = 14.0, match_amplitude: float
 
 def fresh_model(seed: int = 0, circuit: bool = True, match: int = 1) -> Any:
     """A model of tiny's architecture and tokenizer, configured as above, with the circuit (``match`` tokens)
-    installed, or not."""
+    installed, or not; ``match=3`` is tiny-agent v2's start (grpo_magic/models/copy_circuit.py)."""
+    if match == 3:
+        from grpo_magic.models import copy_circuit
+
+        return copy_circuit.fresh_model(seed)
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
