@@ -47,10 +47,14 @@ MATCH_WEIGHTS = (1.0, 0.75, 0.55)
 #: head 0 never copies (``NO_COPY``: the instructions' placeholder ``<``, and the openers that only open values,
 #: not `` "`` which the call's JSON needs between fields); the size of a mark (a share of a code's length); the
 #: dim marking ``":`` one token back; by how much head 0 avoids a token it does not copy (nats).
-SINK, COLON, OPENER, NO_COPY, COLON_BEFORE = 160, 161, 164, 165, 163
+SINK, COLON, OPENER, NO_COPY, COLON_BEFORE, KEY, KEY_BEFORE = 160, 161, 164, 165, 163, 166, 167
 MARKS: dict[str, tuple[int, ...]] = {"<|im_start|>": (SINK,), '":': (COLON,), "Ġ<": (NO_COPY,), 'Ġ"': (OPENER,),
-                                     **{token: (OPENER, NO_COPY) for token in ("Ġ", "Ġtrue", "Ġfalse")}}
+                                     **{token: (OPENER, NO_COPY) for token in ("Ġ", "Ġtrue", "Ġfalse")},
+                                     "name": (KEY,), "arguments": (KEY,)}
 FLAG, NO_COPY_PENALTY = 0.25, 30.0
+#: A code's length: the norms make the circuit indifferent to it, but the tied unembedding reads the codes, so
+#: it sets how sharp the next-token distribution can be (at init's 0.6, sampling at temperature 1 was noise).
+CODE_LENGTH = 2.0
 
 
 def configure(config: Any) -> Any:
@@ -125,7 +129,7 @@ def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_ampl
         clear(model, code)
         # codes of one length, so that every slot has the same size after the norms and a token's presence in a
         # slot reads alike for every token
-        length = embed[:, :code].norm(dim=1).mean()
+        length = CODE_LENGTH
         embed[:, :code] *= length / embed[:, :code].norm(dim=1, keepdim=True).clamp_min(1e-6)
         scale = float(length / math.sqrt(model.config.hidden_size))
         for token, dims in MARKS.items():  # exact marks of a few tokens, in dims the codes do not use
@@ -136,9 +140,10 @@ def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_ampl
             distance_head(first, head, hd, distance, DISTANCE_PAIRS, prev_amplitude, ROPE_THETA)
             first.v_proj.weight[head * hd:head * hd + code, slots[0]] = torch.eye(code)
             first.o_proj.weight[slots[distance], head * hd:head * hd + code] = scale * torch.eye(code)
-        # the distance-1 head also carries the mark of ``":`` one back
-        first.v_proj.weight[code, COLON] = 1.0
-        first.o_proj.weight[COLON_BEFORE, code] = scale
+        # the distance-1 head also carries the marks of ``":`` and of the call's own keys one back
+        for i, (mark, before) in enumerate(((COLON, COLON_BEFORE), (KEY, KEY_BEFORE))):
+            first.v_proj.weight[code + i, mark] = 1.0
+            first.o_proj.weight[before, code + i] = scale
         second = layers[1].self_attn
         for proj in (second.q_proj, second.k_proj, second.v_proj):
             proj.weight[:hd] = 0
@@ -189,6 +194,7 @@ def _value_heads(attention: Any, codes: Any, tokenizer: Any, slots: list[slice],
     size = math.sqrt(attention.q_proj.in_features / len(slots))
     root = math.sqrt(hd)
     sink, colon, colon_before, openers = mark(SINK), mark(COLON), mark(COLON_BEFORE), mark(OPENER)
+    key_before = mark(KEY_BEFORE)
     start = codes[tokenizer.convert_tokens_to_ids("<|im_start|>")]
     start = start / start.norm()  # the sink's own code, which the heads' values leave out
     pairs = list(CONTENT_PAIRS)
@@ -197,7 +203,8 @@ def _value_heads(attention: Any, codes: Any, tokenizer: Any, slots: list[slice],
     a = math.sqrt(match * root) / size  # content weight: a match of one slot scores ``match`` nats
     # head 2's trigger is two marks (a value's opener after ``":``), each half of it: one alone (``": {"``
     # before an argument name) leaves the sink above a two-token match
-    for head, (reads, trigger) in ((1, (((1, 1), (2, 2)), colon)),
+    # head 1's trigger is a ``":`` after an argument's name, not after the call's own ``"name"`` or ``"arguments"``
+    for head, (reads, trigger) in ((1, (((1, 1), (2, 2)), colon - key_before)),
                                    (2, (((0, 1), (2, 2)), (colon_before + openers) / 2))):
         base = head * hd
         for proj in (attention.q_proj, attention.k_proj, attention.v_proj):
