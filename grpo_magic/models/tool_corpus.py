@@ -40,10 +40,11 @@ tools and arguments right but invents the values, which the requests spell diffe
 ``RECIPE`` now starts from ``copy_circuit`` (a three-token match that finds the first token of a tool's
 and an argument's name, and two heads that copy a value from the request), frozen, and fine-tunes layers 2
 and 3 for 200 steps of 8 chats. Untrained, teacher-forced, the circuit predicts 0.99 of a name's tokens
-after its first and a value's first token 0.83 of the time. Fine-tuned so, the model calls the one-integer
-held-out env right every time greedily from step 150 on, the enum env a quarter to half of the time, the
-two-argument and three-tool envs never; sampled at temperature 1 it wrote noise (0.03), and a step costs 2.2 s
-(bench/RESULTS-agent.md, 2026-12-02, third part). Still not ``tiny-agent``.
+after its first and a value's first token 0.83 of the time. Fine-tuned so, right calls greedy / sampled at
+temperature 1: one integer 0.97 / 0.75, integer and string 0.53 / 0 (the second argument's name is a pick
+among three schema keys), enum 0.34 / 0.25, three tools 0 / 0 (a tool paired with another's argument); a step
+costs 2.2 s, so the build is 2.5 to 4 times the budget (bench/RESULTS-agent.md, 2026-12-02, third part). Still
+not ``tiny-agent``.
 """
 
 from __future__ import annotations
