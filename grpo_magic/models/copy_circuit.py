@@ -46,11 +46,12 @@ MATCH_WEIGHTS = (1.0, 0.75, 0.55)
 #: Dims past the codes that mark tokens exactly: the sink, ``":``, the openers (one dim for all), and the tokens
 #: head 0 never copies (``NO_COPY``: the instructions' placeholder ``<``, and the openers that only open values,
 #: not `` "`` which the call's JSON needs between fields); the size of a mark (a share of a code's length); the
-#: dim marking ``":`` one token back; by how much head 0 avoids a token it does not copy (nats).
+#: dim marking ``":`` one token back; by how much head 0 avoids a token it does not copy (nats). ``required``
+#: is not copied either: after a call's ``, "`` it ties with the second argument's name (the same two before).
 SINK, COLON, OPENER, NO_COPY, COLON_BEFORE, KEY, KEY_BEFORE = 160, 161, 164, 165, 163, 166, 167
 MARKS: dict[str, tuple[int, ...]] = {"<|im_start|>": (SINK,), '":': (COLON,), "Ġ<": (NO_COPY,), 'Ġ"': (OPENER,),
                                      **{token: (OPENER, NO_COPY) for token in ("Ġ", "Ġtrue", "Ġfalse")},
-                                     "name": (KEY,), "arguments": (KEY,)}
+                                     "name": (KEY,), "arguments": (KEY,), "required": (NO_COPY,)}
 FLAG, NO_COPY_PENALTY = 0.25, 30.0
 #: A code's length: the norms make the circuit indifferent to it, but the tied unembedding reads the codes, so
 #: it sets how sharp the next-token distribution can be (at init's 0.6, sampling at temperature 1 was noise).

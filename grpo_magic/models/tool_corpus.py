@@ -41,10 +41,10 @@ tools and arguments right but invents the values, which the requests spell diffe
 and an argument's name, and two heads that copy a value from the request), frozen, and fine-tunes layers 2
 and 3 for 200 steps of 8 chats. Untrained, teacher-forced, the circuit predicts 0.99 of a name's tokens
 after its first and a value's first token 0.83 of the time. Fine-tuned so, right calls greedy / sampled at
-temperature 1: one integer 0.97 / 0.75, integer and string 0.53 / 0 (the second argument's name is a pick
-among three schema keys), enum 0.34 / 0.25, three tools 0 / 0 (a tool paired with another's argument); a step
-costs 2.2 s, so the build is 2.5 to 4 times the budget (bench/RESULTS-agent.md, 2026-12-02, third part). Still
-not ``tiny-agent``.
+temperature 1: one integer 1.0 / 0.81, integer and string 0.78 / 0.31 (the second argument's name still ties
+with the schema's ``return``), enum 0.34 / 0.09 (the call goes on with the schema's list of options), three
+tools 0 / 0 (a tool paired with another's argument); a step costs 2.2 s, so the build is 2.5 to 4 times the
+budget (bench/RESULTS-agent.md, 2026-12-02, third part). Still not ``tiny-agent``.
 """
 
 from __future__ import annotations
