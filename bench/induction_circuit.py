@@ -135,7 +135,7 @@ def install_two(model: Any, prev_amplitude: float = 14.0, match_amplitude: float
 
 def fresh_model(seed: int = 0, circuit: bool = True, match: int = 1) -> Any:
     """A model of tiny's architecture and tokenizer, configured as above, with the circuit (``match`` tokens)
-    installed, or not; ``match=3`` is tiny-agent v2's start (grpo_magic/models/copy_circuit.py)."""
+    installed, or not; ``match=3`` is the general recipe's start (grpo_magic/models/copy_circuit.py)."""
     if match == 3:
         from grpo_magic.models import copy_circuit
 

@@ -1,4 +1,4 @@
-"""A copy circuit set by hand in the weights of a small Qwen2: where tiny-agent v2's fine-tune starts.
+"""A copy circuit set by hand in the weights of a small Qwen2: where the general tool caller's fine-tune starts.
 
 Why: a tool caller must copy into its call names it has never seen (from the schemas in its prompt) and
 values (from the request). A small model trained from random weights learns to copy only after a long
