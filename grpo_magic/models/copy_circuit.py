@@ -97,6 +97,11 @@ def distance_head(attention: Any, head: int, hd: int, distance: int, pairs: rang
     attention.k_proj.bias[rows] = key.float()
 
 
+def _slow_dims(hd: int) -> list[int]:
+    """The dims of a head's slow RoPE pairs (``CONTENT_PAIRS``, both halves): where contents are compared."""
+    return [*CONTENT_PAIRS, *(i + hd // 2 for i in CONTENT_PAIRS)]
+
+
 def _basis(size: int, generator: Any) -> Any:
     """A random orthonormal basis (rows), computed in float64 so that its float32 bits do not depend on how
     many threads LAPACK used (they did, in the last bit)."""
@@ -149,8 +154,7 @@ def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_ampl
         for proj in (second.q_proj, second.k_proj, second.v_proj):
             proj.weight[:hd] = 0
             proj.bias[:hd] = 0
-        pairs = list(CONTENT_PAIRS)
-        dims = [*pairs, *(i + hd // 2 for i in pairs)]
+        dims = _slow_dims(hd)
         per = (len(dims) - 1) // 3  # the last slow dim: the penalty below
         args, props = (embed[tokenizer.convert_tokens_to_ids(t), :code].clone() for t in ("arguments", "properties"))
         args, props = args.double(), props.double()  # float64, then float32: the same bits on any thread count
@@ -198,8 +202,7 @@ def _value_heads(attention: Any, codes: Any, tokenizer: Any, slots: list[slice],
     key_before = mark(KEY_BEFORE)
     start = codes[tokenizer.convert_tokens_to_ids("<|im_start|>")]
     start = start / start.norm()  # the sink's own code, which the heads' values leave out
-    pairs = list(CONTENT_PAIRS)
-    free = [*pairs, *(i + hd // 2 for i in pairs)]
+    free = _slow_dims(hd)
     code = slots[0].stop
     a = math.sqrt(match * root) / size  # content weight: a match of one slot scores ``match`` nats
     # head 2's trigger is two marks (a value's opener after ``":``), each half of it: one alone (``": {"``
@@ -223,7 +226,7 @@ def _value_heads(attention: Any, codes: Any, tokenizer: Any, slots: list[slice],
         attention.k_proj.weight[d_sink] = root * sink
         attention.q_proj.bias[d_sink] = off
         attention.q_proj.weight[d_sink] = -(off - on) * trigger
-        if head == 1:  # a value's opener, not the ``":`` itself nor the schema's ``.`` or ``"`` after a name
+        if head == 1:  # prefer a value's opener, and never the ``":`` itself (the call's own, the schema's)
             attention.q_proj.bias[d_pick] = 1.0
             attention.k_proj.weight[d_pick] = root * pick * (openers - colon)
         # the value: the token's own code, without the sink's (so that the sink copies nothing)
