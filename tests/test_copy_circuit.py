@@ -18,10 +18,14 @@ TOOLS = {
 }
 CASES = [  # (tool, arguments, the call's start, what the circuit must write next)
     ("weigh_parcel", {"grams": 41}, '{"name": "', 'weigh_parcel"'),
-    ("weigh_parcel", {"grams": 41}, '{"name": "weigh_parcel", "arguments": {"', 'grams":'),
+    # (the ``":`` after it ties with the description's ``.`` after ``The grams``: the fine-tune settles it)
+    ("weigh_parcel", {"grams": 41}, '{"name": "weigh_parcel", "arguments": {"', "grams"),
     ("weigh_parcel", {"grams": 41}, '{"name": "weigh_parcel", "arguments": {"grams":', " 41"),
     ("reserve_harbor", {"minutes": 7, "owner": "Oslo"}, '{"name": "', 'reserve_harbor"'),
     ("reserve_harbor", {"minutes": 7, "owner": "Oslo"}, '{"name": "reserve_harbor", "arguments": {"minutes":', " 7"),
+    # the second argument's name, not the schema's ``return`` key, which has the same three tokens before it
+    ("reserve_harbor", {"minutes": 7, "owner": "Oslo"}, '{"name": "reserve_harbor", "arguments": {"minutes": 7, "',
+     "owner"),
     # after a string argument's name the request's `` "`` ties with the schema's ``":`` (the fine-tune settles it)
     ("paint_garden", {"shade": "green"}, '{"name": "paint_garden", "arguments": {"', "shade"),
     ("paint_garden", {"shade": "green"}, '{"name": "paint_garden", "arguments": {"shade":', ' "green"'),
@@ -51,6 +55,23 @@ def test_the_untrained_circuit_copies_held_out_names_and_values(circuit, tool, a
         out = model.generate(**enc, max_new_tokens=len(tokenizer(want)["input_ids"]) + 1, do_sample=False,
                              pad_token_id=tokenizer.pad_token_id)
     assert tokenizer.decode(out[0, enc["input_ids"].shape[1]:]).startswith(want)
+
+
+def test_a_value_ends_where_the_request_does_not_where_the_schemas_options_go_on(circuit) -> None:
+    """After ``"green`` the request has ``"`` then its end, the schema's list ``",`` then ``"blue"``: the section
+    head marks the request's tokens, and head 0 prefers them when the matches tie."""
+    import torch
+
+    model, tokenizer = circuit
+    schema = tool_corpus._schema("paint_garden", "Paint the garden.", TOOLS["paint_garden"])
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": tool_corpus.tool_request("paint_garden", {"shade": "green"})}], tools=[schema],
+        tokenize=False, add_generation_prompt=True)
+    enc = tokenizer(prompt + '<tool_call>\n{"name": "paint_garden", "arguments": {"shade": "green', return_tensors="pt")
+    with torch.no_grad():
+        probs = model(**enc).logits[0, -1].softmax(-1)
+    quote, quote_comma = tokenizer.convert_tokens_to_ids(['"', '",'])
+    assert probs[quote] > 0.9 > 0.05 > probs[quote_comma], (float(probs[quote]), float(probs[quote_comma]))
 
 
 def test_a_request_in_another_phrasing_gives_the_value_heads_nothing_to_copy(circuit) -> None:

@@ -19,8 +19,13 @@ exactly in dims past the codes (``MARKS``), because two codes overlap by about 0
   ``arguments`` as ``properties``, so that the call's ``"arguments": {"`` finds the first argument name after
   the schema's ``"properties": {"``. It never copies the instructions' placeholder ``<`` or a value's opener.
 - Layer 1, heads 1 and 2 copy an argument's value from the request (``_value_heads``).
-- Layers 2 and 3, every MLP and layer 0's fourth head start with zero output: the circuit is alone in the
-  residual stream until the fine-tune grows the rest.
+- Layer 0's fourth head tells every token which section it is in (``_section_head``): a user turn (the
+  request, a tool's result), or the system turn's opening or a schema's ``required`` list and what follows it
+  (the ``return`` key). Head 0 never copies from the latter (after a call's first value, ``, "`` finds the
+  second argument's name and ``return`` alike) and prefers the former when matches tie (a value ends as the
+  request's does: ``"green"`` then its end, not the schema's ``"green",`` then ``"blue"``).
+- Layers 2 and 3 and every MLP start with zero output: the circuit is alone in the residual stream until the
+  fine-tune grows the rest.
 
 RoPE's base is 1e20, so that the slow pairs of the 128-dim heads (``CONTENT_PAIRS``) keep contents
 comparable across a chat while the fast ones (``DISTANCE_PAIRS``) make the distance heads. Scores are set in
@@ -49,10 +54,27 @@ MATCH_WEIGHTS = (1.0, 0.75, 0.55)
 #: dim marking ``":`` one token back; by how much head 0 avoids a token it does not copy (nats). ``required``
 #: is not copied either: after a call's ``, "`` it ties with the second argument's name (the same two before).
 SINK, COLON, OPENER, NO_COPY, COLON_BEFORE, KEY, KEY_BEFORE = 160, 161, 164, 165, 163, 166, 167
+#: Section marks: the tokens that open a part of the chat (``SECTION``: the turns' roles, a schema's ``name``,
+#: ``properties`` and ``required`` keys, and ``<tool_call>``, which ends the last schema's ``required``), and
+#: which of them open a user turn (``USER``: the request, a tool's result) or a part head 0 never copies from
+#: (``SKIP``: the system turn's fixed opening up to the first schema, and a ``required`` list with what follows
+#: it); layer 0's fourth head carries the last section's kind to every token after it (``IN_USER``, ``IN_SKIP``).
+SECTION, USER, SKIP, IN_USER, IN_SKIP = 168, 169, 170, 171, 172
 MARKS: dict[str, tuple[int, ...]] = {"<|im_start|>": (SINK,), '":': (COLON,), "Ġ<": (NO_COPY,), 'Ġ"': (OPENER,),
                                      **{token: (OPENER, NO_COPY) for token in ("Ġ", "Ġtrue", "Ġfalse")},
-                                     "name": (KEY,), "arguments": (KEY,), "required": (NO_COPY,)}
+                                     "name": (KEY, SECTION), "arguments": (KEY,),
+                                     "required": (NO_COPY, SECTION, SKIP), "properties": (SECTION,),
+                                     "user": (SECTION, USER), "system": (SECTION, SKIP), "assistant": (SECTION,),
+                                     "<tool_call>": (SECTION,)}
 FLAG, NO_COPY_PENALTY = 0.25, 30.0
+#: By how much head 0 prefers a token of a user turn to an equal match elsewhere (nats): a value's end is
+#: copied from the request (``"green"`` then the request's end), not from the schema's list of options
+#: (``"green",``). Less than the smallest match (0.55 of a slot), so it only breaks ties.
+USER_BONUS = 3.0
+#: The fourth head of layer 0 attends to the last section token: a section mark scores ``SECTION_SCORE`` nats,
+#: and a RoPE pair slow enough to turn less than a quarter over a chat (``RECENCY_PAIR``) takes
+#: ``RECENCY`` nats times the sine of its angle, so that nearer sections win by some nats a few tokens apart.
+RECENCY_PAIR, RECENCY, SECTION_SCORE = 9, 400.0, 800.0
 #: A code's length: the norms make the circuit indifferent to it, but the tied unembedding reads the codes, so
 #: it sets how sharp the next-token distribution can be (at init's 0.6, sampling at temperature 1 was noise).
 CODE_LENGTH = 2.0
@@ -140,6 +162,13 @@ def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_ampl
         scale = float(length / math.sqrt(model.config.hidden_size))
         for token, dims in MARKS.items():  # exact marks of a few tokens, in dims the codes do not use
             embed[tokenizer.convert_tokens_to_ids(token), list(dims)] = FLAG * length
+        # a section mark the same share of every section token's norm (the others' marks make their rows
+        # longer, and layer 0's norm would shrink their mark: scored in hundreds of nats, that outweighs recency)
+        share = FLAG / math.sqrt(1 + FLAG**2)  # a section token's mark over its norm, with no other mark
+        for token, dims in MARKS.items():
+            if SECTION in dims:
+                rest = length**2 + (len(dims) - 1) * (FLAG * length) ** 2
+                embed[tokenizer.convert_tokens_to_ids(token), SECTION] = share * math.sqrt(rest / (1 - share**2))
         slot_size = math.sqrt(model.config.hidden_size / len(slots))  # a slot's norm after layer 1's norm
         first = layers[0].self_attn
         for head, distance in enumerate((1, 2, 3)):
@@ -150,6 +179,7 @@ def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_ampl
         for i, (mark, before) in enumerate(((COLON, COLON_BEFORE), (KEY, KEY_BEFORE))):
             first.v_proj.weight[code + i, mark] = 1.0
             first.o_proj.weight[before, code + i] = scale
+        _section_head(first, 3, hd, scale)
         second = layers[1].self_attn
         for proj in (second.q_proj, second.k_proj, second.v_proj):
             proj.weight[:hd] = 0
@@ -170,10 +200,42 @@ def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_ampl
         # value heads below open values)
         second.q_proj.bias[dims[-1]] = 1.0
         second.k_proj.weight[dims[-1], NO_COPY] = -NO_COPY_PENALTY * math.sqrt(hd) / (FLAG * slot_size)
+        # nor anything in a skipped section: after a schema's ``required`` (the list's names, the ``return`` key:
+        # after a call's first value, ``, "`` would find the second argument's name and ``return`` alike) and the
+        # system turn's opening (``Qwen, created by``: after the call's ``,`` too); and prefer the request
+        second.k_proj.weight[dims[-1], IN_SKIP] = -NO_COPY_PENALTY * math.sqrt(hd) / (FLAG * slot_size)
+        second.k_proj.weight[dims[-1], IN_USER] = USER_BONUS * math.sqrt(hd) / (FLAG * slot_size)
         second.v_proj.weight[:code, slots[0]] = torch.eye(code)
         second.o_proj.weight[slots[0], :code] = copy_gain * torch.eye(code)
         _value_heads(second, embed[:, :code], tokenizer, slots, hd, generator, 2 * copy_gain)
     return model
+
+
+def _section_head(attention: Any, head: int, hd: int, scale: float) -> None:
+    """Layer 0's ``head``: every token attends to the last section token at or before it (``MARKS``'s
+    ``SECTION``) and writes whether it opened a user turn (``IN_USER``) or a part not to copy from (``IN_SKIP``).
+
+    The query and key are constant (biases) but for the key's section mark: in one slow dim the mark scores
+    ``SECTION_SCORE``; in the RoPE pair ``RECENCY_PAIR`` the query is a quarter turn ahead of the key, so the
+    score is ``-RECENCY * sin(angle of the distance)``, lower the further back (to about 1,000 tokens).
+    """
+    rows = slice(head * hd, (head + 1) * hd)
+    for proj in (attention.q_proj, attention.k_proj, attention.v_proj):
+        proj.weight[rows] = 0
+        proj.bias[rows] = 0
+    base, half, root = head * hd, hd // 2, math.sqrt(hd)
+    # the quarter turn: q = (0, a), k = (a, 0) in the pair, so q.k after RoPE is -a^2 sin(distance * freq)
+    amplitude = math.sqrt(RECENCY * root)
+    attention.q_proj.bias[base + RECENCY_PAIR + half] = amplitude
+    attention.k_proj.bias[base + RECENCY_PAIR] = amplitude
+    # the section mark, after layer 0's norm: about FLAG * CODE_LENGTH * sqrt(hidden) / CODE_LENGTH
+    mark = FLAG * math.sqrt(attention.q_proj.in_features)
+    slow = CONTENT_PAIRS[-1]
+    attention.q_proj.bias[base + slow] = 1.0
+    attention.k_proj.weight[base + slow, SECTION] = SECTION_SCORE * root / mark
+    for i, (kind, into) in enumerate(((USER, IN_USER), (SKIP, IN_SKIP))):
+        attention.v_proj.weight[base + i, kind] = 1.0
+        attention.o_proj.weight[into, base + i] = scale
 
 
 def _value_heads(attention: Any, codes: Any, tokenizer: Any, slots: list[slice], hd: int, generator: Any,
