@@ -138,17 +138,23 @@ def _circuit_start(seed: int) -> Any:
 def test_a_recipe_can_start_from_its_own_model_and_keep_part_of_it(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, tiny_path: str
 ) -> None:
-    """``start``: the copy circuit's model, frozen where the circuit is, is what SFT trains and saves."""
+    """``start``: the copy circuit's model, frozen where the circuit is, is what SFT trains and saves; on the
+    recipe's ``threads`` (at most the machine's cores), after which torch's own setting is back."""
     import dataclasses
+    import os
 
     import torch
 
     recipe = dataclasses.replace(RECIPE, name="tiny-test-start", version="tiny-test-start-v1", sizes={},
-                                 start=_circuit_start, check=None)
+                                 start=_circuit_start, check=None, threads=2)
     before = _circuit_start(recipe.seed).state_dict()
     monkeypatch.setenv("GRPO_MAGIC_CACHE", str(tmp_path))
     (tmp_path / models.TINY_VERSION).symlink_to(tiny_path)
-    after = models.load_model(str(recipe.path())).state_dict()
+    threads = torch.get_num_threads()
+    path = recipe.path()
+    assert cache.build_info(path)["threads"] == min(2, os.cpu_count() or 1)
+    assert torch.get_num_threads() == threads
+    after = models.load_model(str(path)).state_dict()
     assert after["model.embed_tokens.weight"].shape[1] == 192  # the start's architecture, not tiny's
     kept = [k for k in before if k.startswith(("model.embed_tokens", "model.layers.0.", "model.layers.1."))]
     changed = [k for k in before if k.startswith("model.layers.3.") and not torch.equal(before[k], after[k])]

@@ -76,8 +76,10 @@ USER_BONUS = 3.0
 #: ``RECENCY`` nats times the sine of its angle, so that nearer sections win by some nats a few tokens apart.
 RECENCY_PAIR, RECENCY, SECTION_SCORE = 9, 400.0, 800.0
 #: A code's length: the norms make the circuit indifferent to it, but the tied unembedding reads the codes, so
-#: it sets how sharp the next-token distribution can be (at init's 0.6, sampling at temperature 1 was noise).
-CODE_LENGTH = 2.0
+#: it sets how sharp the next-token distribution can be (at init's 0.6, sampling at temperature 1 was noise;
+#: 2 and 3 did about as well, 3 a little better summed over the three must-show envs, 4 worse on two of them:
+#: bench/RESULTS-agent.md).
+CODE_LENGTH = 3.0
 
 
 def configure(config: Any) -> Any:

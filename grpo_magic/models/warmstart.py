@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import pathlib
 import tempfile
 import time
@@ -82,6 +83,9 @@ class WarmStart:
     #: A function of the seed that returns the model to fine-tune, instead of ``tiny`` or a fresh model of
     #: ``sizes`` (tiny-agent v2: a fresh model with a copy circuit set by hand, models/copy_circuit.py).
     start: Callable[[int], Any] | None = None
+    #: torch's threads during the build. One by default (see ``build``); a model big enough to use a second
+    #: core says so (the general tool caller: 2.5 s a step on one thread, 1.3 s on two, here).
+    threads: int = 1
 
     @property
     def cache_key(self) -> str:
@@ -156,15 +160,15 @@ class WarmStart:
     def build(self, dest: pathlib.Path) -> dict[str, Any]:
         """Fine-tune into ``dest``, deterministically; returns what the cache marker records.
 
-        torch runs on one thread meanwhile: these models are so small that a second thread gains
-        little, and on a busy machine OpenMP's spin-waiting made a 1-minute build take 5 (measured
-        here: 63 s on 1 thread, 316 s on 2, the same bytes either way).
+        torch runs on ``threads`` threads meanwhile (at most the machine's cores), one by default:
+        tiny-sized models gain little from a second, and on a busy machine OpenMP's spin-waiting made
+        a 1-minute build take 5 (measured here: 63 s on 1 thread, 316 s on 2, the same bytes either way).
         """
         import torch
 
         started = time.perf_counter()
         threads = torch.get_num_threads()
-        torch.set_num_threads(1)
+        torch.set_num_threads(max(1, min(self.threads, os.cpu_count() or 1)))
         try:
             with _quiet(), torch.random.fork_rng(devices=[]), tempfile.TemporaryDirectory(prefix="grpo-warmstart-") as tmp:
                 trainer = self.trainer(tmp)
@@ -186,6 +190,7 @@ class WarmStart:
             "steps": trainer.state.global_step,
             "sft": {k: v for k, v in settings.items() if isinstance(v, (int, float, str, bool))},
             "sizes": dict(self.sizes),
+            "threads": max(1, min(self.threads, os.cpu_count() or 1)),
             "train_loss": round(float(trained.training_loss), 4),
             "loss_curve": losses,
             "build_seconds": round(time.perf_counter() - started, 1),
