@@ -66,12 +66,12 @@ _QUOTED_CHAINS = ('Use "{t1}"{args}, then "{t2}" with the result.', 'Call "{t1}"
 
 
 def _quoted_phrase(args: dict[str, Any]) -> str:
-    """`` with color "red" and n 3``: strings quoted as in JSON, so that they tokenize as in the call."""
+    """`` with color "red", n 3``: strings quoted as in JSON, so that they tokenize as in the call."""
     if not args:
         return ""
     parts = [f"{k} {str(v).lower() if isinstance(v, bool) else json.dumps(v) if isinstance(v, str) else v}"
              for k, v in args.items()]
-    return " with " + " and ".join(parts)
+    return " with " + ", ".join(parts)
 
 
 def _json_phrase(args: dict[str, Any]) -> str:

@@ -56,7 +56,7 @@ class ReserveHarbor:
         rng = random.Random(1)
         rows = [(rng.randint(0, 99), rng.choice(["Paris", "Oslo", "Lima", "Rome"])) for _ in range(32)]
         return Dataset.from_dict({
-            "prompt": [[{"role": "user", "content": f'Use the "reserve_harbor" tool with minutes {m} and owner "{o}"'}]
+            "prompt": [[{"role": "user", "content": f'Use the "reserve_harbor" tool with minutes {m}, owner "{o}"'}]
                        for m, o in rows],
             "minutes": [m for m, _ in rows], "owner": [o for _, o in rows]})
 

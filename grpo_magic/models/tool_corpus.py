@@ -9,7 +9,8 @@ request* rather than remember tools:
   generated words (``pseudo_words``); ``HELD_OUT_VERBS``, ``HELD_OUT_NOUNS`` and ``HELD_OUT_ARGS`` (English
   words) are never used, so that envs named from them (tests/agent_cells.py) test reading, not memory;
 - requests that name the tool in quotes and give each argument's name then its value as the call's JSON
-  writes it, ending with the last value (``tool_request``: ``Use the "add" tool with a 3 and b 4``);
+  writes it, separated by commas where the call's JSON has them and ending with the last value
+  (``tool_request``: ``Use the "add" tool with a 3, b 4``);
 - 1 to 3 tools offered (``TOOL_COUNTS``), the one the request names among distractors; 0 to 2 arguments
   (``ARG_COUNTS``; the generator takes up to 3) of the JSON-schema types TRL derives from type hints
   (integer, number, boolean, string, ``Literal`` enum), rendered exactly as ``get_json_schema`` renders a
@@ -38,13 +39,13 @@ held-out names at step 0 as well as those runs did after 1,500 steps; fine-tuned
 tools and arguments right but invents the values, which the requests spell differently (same file).
 
 ``RECIPE`` now starts from ``copy_circuit`` (a three-token match that finds the first token of a tool's
-and an argument's name, and two heads that copy a value from the request), frozen, and fine-tunes layers 2
-and 3 for 200 steps of 8 chats. Untrained, teacher-forced, the circuit predicts 0.99 of a name's tokens
-after its first and a value's first token 0.83 of the time. Fine-tuned so, right calls greedy / sampled at
-temperature 1: one integer 1.0 / 0.81, integer and string 0.78 / 0.31 (the second argument's name still ties
-with the schema's ``return``), enum 0.34 / 0.09 (the call goes on with the schema's list of options), three
-tools 0 / 0 (a tool paired with another's argument); a step costs 2.2 s, so the build is 2.5 to 4 times the
-budget (bench/RESULTS-agent.md, 2026-12-02, third part). Still not ``tiny-agent``.
+and an argument's name, two heads that copy a value from the request, and a head that marks user turns and
+the parts not to copy from), frozen, and fine-tunes layers 2 and 3 for 200 steps of 8 chats on two threads.
+Untrained, teacher-forced, the circuit predicts 0.99 of a name's tokens after its first and a value's first
+token 0.85 of the time. Fine-tuned so (f15 in bench/RESULTS-agent.md, 2026-12-02, fourth part), right calls
+greedy / sampled at temperature 1: one integer 0.88 / 0.75, integer and string 0.66 / 0.34, enum 1.0 / 0.44,
+three tools 0 / 0 (a tool paired with another's argument); sampled calls fail on single junk tokens in the
+call's JSON. Runs swing a lot between seeds and small changes. Still not ``tiny-agent``.
 """
 
 from __future__ import annotations
@@ -265,11 +266,13 @@ class _Corpus:
 
 
 def _phrase(args: dict[str, Any]) -> str:
-    """How a request gives the arguments: `` with count 3 and city "Paris"``: each name then its value as the
-    call's JSON writes it (strings quoted, booleans ``true``), so that the value's tokens are the call's."""
+    """How a request gives the arguments: `` with count 3, city "Paris"``: each name then its value as the
+    call's JSON writes it (strings quoted, booleans ``true``), so that the value's tokens are the call's, and
+    what follows a value too: ``",`` or ``,`` before another argument, the request's end after the last (the
+    call's ``"``, then ``}``), where `` and `` would tell the copy nothing at the token that decides."""
     if not args:
         return ""
-    return " with " + " and ".join(f"{k} {json.dumps(v)}" for k, v in args.items())
+    return " with " + ", ".join(f"{k} {json.dumps(v)}" for k, v in args.items())
 
 
 def _call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -284,7 +287,7 @@ def tool_use_corpus(seed: int, size: int = CORPUS_SIZE) -> list[Example]:
 
 
 def tool_request(tool: str, arguments: dict[str, Any]) -> str:
-    """A request in the corpus's phrasing (``Use the "add" tool with a 3 and b 4``): for envs, tests, bench/."""
+    """A request in the corpus's phrasing (``Use the "add" tool with a 3, b 4``): for envs, tests, bench/."""
     return f'Use the "{tool}" tool{_phrase(arguments)}'
 
 
@@ -388,7 +391,7 @@ def _circuit_start(seed: int) -> Any:
 
 RECIPE = WarmStart(
     name="tiny-agent-general",
-    version="tiny-agent-general-v1",
+    version="tiny-agent-general-v2",
     corpus=_corpus,
     sft={
         "max_steps": STEPS,
@@ -401,6 +404,7 @@ RECIPE = WarmStart(
         "gradient_checkpointing": False,  # a 4-layer model: recomputing activations only costs time
     },
     start=_circuit_start,
+    threads=2,  # a 192-wide model: 1.3 s a step on two threads, 2.5 s on one (a CPU has two, or more)
     check=check,
     description="calls to the tools its prompt offers (not yet: see the module docstring)",
 )
