@@ -88,6 +88,11 @@ class WarmStart:
     threads: int = 1
 
     @property
+    def build_threads(self) -> int:
+        """The threads a build runs on: ``threads``, at most the machine's cores."""
+        return max(1, min(self.threads, os.cpu_count() or 1))
+
+    @property
     def cache_key(self) -> str:
         """The cache folder's name: this recipe's version on top of the ``tiny`` it starts from."""
         return f"{self.version}+{TINY_VERSION}"
@@ -168,7 +173,7 @@ class WarmStart:
 
         started = time.perf_counter()
         threads = torch.get_num_threads()
-        torch.set_num_threads(max(1, min(self.threads, os.cpu_count() or 1)))
+        torch.set_num_threads(self.build_threads)
         try:
             with _quiet(), torch.random.fork_rng(devices=[]), tempfile.TemporaryDirectory(prefix="grpo-warmstart-") as tmp:
                 trainer = self.trainer(tmp)
@@ -190,7 +195,7 @@ class WarmStart:
             "steps": trainer.state.global_step,
             "sft": {k: v for k, v in settings.items() if isinstance(v, (int, float, str, bool))},
             "sizes": dict(self.sizes),
-            "threads": max(1, min(self.threads, os.cpu_count() or 1)),
+            "threads": self.build_threads,
             "train_loss": round(float(trained.training_loss), 4),
             "loss_curve": losses,
             "build_seconds": round(time.perf_counter() - started, 1),
