@@ -65,13 +65,9 @@ _QUOTED_REQUESTS = ('Use the "{tool}" tool{args}.', 'Call "{tool}"{args}.', 'Ple
 _QUOTED_CHAINS = ('Use "{t1}"{args}, then "{t2}" with the result.', 'Call "{t1}"{args} and then "{t2}" on the result.')
 
 
-def _quoted_phrase(args: dict[str, Any]) -> str:
-    """`` with color "red", n 3``: strings quoted as in JSON, so that they tokenize as in the call."""
-    if not args:
-        return ""
-    parts = [f"{k} {str(v).lower() if isinstance(v, bool) else json.dumps(v) if isinstance(v, str) else v}"
-             for k, v in args.items()]
-    return " with " + ", ".join(parts)
+#: `` with color "red", n 3``: the corpus's own phrasing (strings quoted as in JSON, so that they tokenize as in
+#: the call), taken before ``quote_requests`` may swap ``tool_corpus._phrase``.
+_quoted_phrase = tool_corpus._phrase
 
 
 def _json_phrase(args: dict[str, Any]) -> str:

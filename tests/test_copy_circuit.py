@@ -32,6 +32,13 @@ CASES = [  # (tool, arguments, the call's start, what the circuit must write nex
 ]
 
 
+def _prompt(tokenizer, tool: str, request: str) -> str:
+    """The generation prompt of a chat offering ``tool`` (of ``TOOLS``) with ``request`` as the user's turn."""
+    schema = tool_corpus._schema(tool, f"{tool.split('_')[0].capitalize()} the {tool.split('_')[1]}.", TOOLS[tool])
+    return tokenizer.apply_chat_template([{"role": "user", "content": request}], tools=[schema], tokenize=False,
+                                         add_generation_prompt=True)
+
+
 @pytest.fixture(scope="module")
 def circuit():
     from transformers import AutoTokenizer
@@ -47,9 +54,7 @@ def test_the_untrained_circuit_copies_held_out_names_and_values(circuit, tool, a
     import torch
 
     model, tokenizer = circuit
-    schema = tool_corpus._schema(tool, f"{tool.split('_')[0].capitalize()} the {tool.split('_')[1]}.", TOOLS[tool])
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": tool_corpus.tool_request(tool, arguments)}],
-                                           tools=[schema], tokenize=False, add_generation_prompt=True)
+    prompt = _prompt(tokenizer, tool, tool_corpus.tool_request(tool, arguments))
     enc = tokenizer(prompt + "<tool_call>\n" + start, return_tensors="pt")
     with torch.no_grad():
         out = model.generate(**enc, max_new_tokens=len(tokenizer(want)["input_ids"]) + 1, do_sample=False,
@@ -63,10 +68,7 @@ def test_a_value_ends_where_the_request_does_not_where_the_schemas_options_go_on
     import torch
 
     model, tokenizer = circuit
-    schema = tool_corpus._schema("paint_garden", "Paint the garden.", TOOLS["paint_garden"])
-    prompt = tokenizer.apply_chat_template(
-        [{"role": "user", "content": tool_corpus.tool_request("paint_garden", {"shade": "green"})}], tools=[schema],
-        tokenize=False, add_generation_prompt=True)
+    prompt = _prompt(tokenizer, "paint_garden", tool_corpus.tool_request("paint_garden", {"shade": "green"}))
     enc = tokenizer(prompt + '<tool_call>\n{"name": "paint_garden", "arguments": {"shade": "green', return_tensors="pt")
     with torch.no_grad():
         probs = model(**enc).logits[0, -1].softmax(-1)
@@ -79,9 +81,7 @@ def test_a_request_in_another_phrasing_gives_the_value_heads_nothing_to_copy(cir
     import torch
 
     model, tokenizer = circuit
-    schema = tool_corpus._schema("weigh_parcel", "Weigh the parcel.", TOOLS["weigh_parcel"])
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "weigh_parcel(grams=41)"}], tools=[schema],
-                                           tokenize=False, add_generation_prompt=True)
+    prompt = _prompt(tokenizer, "weigh_parcel", "weigh_parcel(grams=41)")
     enc = tokenizer(prompt + '<tool_call>\n{"name": "weigh_parcel", "arguments": {"grams":', return_tensors="pt")
     with torch.no_grad():
         out = model.generate(**enc, max_new_tokens=2, do_sample=False, pad_token_id=tokenizer.pad_token_id)
