@@ -129,6 +129,31 @@ def test_a_build_is_deterministic_cached_and_loads_like_any_model(
     assert out.shape[1] > prompt["input_ids"].shape[1]
 
 
+def test_sharpen_multiplies_the_built_models_logits_and_nothing_else(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, tiny_path: str
+) -> None:
+    """``sharpen``: the same build (deterministic) with its logits times the factor, recorded in the build info;
+    the embedding (tied to the unembedding) and every layer are the same bits."""
+    import dataclasses
+
+    import torch
+
+    paths = []
+    for factor in (1.0, 2.5):
+        monkeypatch.setenv("GRPO_MAGIC_CACHE", str(tmp_path / str(factor)))
+        (tmp_path / str(factor)).mkdir()
+        (tmp_path / str(factor) / models.TINY_VERSION).symlink_to(tiny_path)
+        paths.append(dataclasses.replace(RECIPE, sharpen=factor).path())
+    assert [cache.build_info(p)["sharpen"] for p in paths] == [1.0, 2.5]
+    plain, sharp = (models.load_model(str(p)) for p in paths)
+    plain_state, sharp_state = plain.state_dict(), sharp.state_dict()
+    assert [k for k in plain_state if not torch.equal(plain_state[k], sharp_state[k])] == ["model.norm.weight"]
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        assert torch.allclose(sharp(ids).logits, 2.5 * plain(ids).logits, rtol=1e-4, atol=1e-4)
+        assert not torch.allclose(sharp(ids).logits, plain(ids).logits, rtol=1e-2)
+
+
 def _circuit_start(seed: int) -> Any:
     from grpo_magic.models.copy_circuit import fresh_model
 
