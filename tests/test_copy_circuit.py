@@ -76,6 +76,71 @@ def test_a_value_ends_where_the_request_does_not_where_the_schemas_options_go_on
     assert probs[quote] > 0.9 > 0.05 > probs[quote_comma], (float(probs[quote]), float(probs[quote_comma]))
 
 
+DISTRACTORS = [("bake_lemon", "grams"), ("rotate_ladder", "floor"), ("borrow_violin", "minutes")]
+
+
+@pytest.mark.parametrize(("tool", "argument"), DISTRACTORS)
+def test_a_calls_arguments_are_the_called_tools_among_distractors(circuit, tool, argument) -> None:
+    """Three tools offered, each with its own argument: after the call's ``"arguments": {"`` every schema's
+    ``"properties": {"`` matches alike, and the tool bags pick the called tool's (``bake_lemon`` and
+    ``borrow_violin`` even share their first token). Before the bags, every call got the middle tool's."""
+    import torch
+
+    model, tokenizer = circuit
+    schemas = [tool_corpus._schema(name, f"{name.split('_')[0].capitalize()} the {name.split('_')[1]}.",
+                                   [(arg, "integer", None)]) for name, arg in DISTRACTORS]
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": tool_corpus.tool_request(tool, {argument: 41})}], tools=schemas,
+        tokenize=False, add_generation_prompt=True)
+    enc = tokenizer(prompt + f'<tool_call>\n{{"name": "{tool}", "arguments": {{"', return_tensors="pt")
+    with torch.no_grad():
+        probs = model(**enc).logits[0, -1].softmax(-1)
+    firsts = {arg: tokenizer.convert_tokens_to_ids(tokenizer.tokenize(arg)[0]) for _, arg in DISTRACTORS}
+    assert probs[firsts[argument]] > 0.95, {arg: float(probs[i]) for arg, i in firsts.items()}
+
+
+@pytest.mark.parametrize("result", ["121", "kiwi"])
+def test_a_chains_second_call_takes_the_first_calls_result(circuit, result) -> None:
+    """``Use "guess_secret" with pet "cat", then "encode_grade" with the result``: after the first call and its
+    result, the second call's argument is the second tool's, and its value the result (the request has none)."""
+    import torch
+
+    model, tokenizer = circuit
+    schemas = [tool_corpus._schema("guess_secret", "Guess the secret.", [("pet", "string", None)]),
+               tool_corpus._schema("encode_grade", "Encode the grade.", [("factor", "integer", None)])]
+    messages = [{"role": "user", "content": tool_corpus.chain_request("guess_secret", {"pet": "cat"}, "encode_grade")},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"type": "function", "function": {"name": "guess_secret", "arguments": {"pet": "cat"}}}]},
+                {"role": "tool", "name": "guess_secret", "content": result}]
+    prompt = tokenizer.apply_chat_template(messages, tools=schemas, tokenize=False, add_generation_prompt=True)
+    call = '<tool_call>\n{"name": "encode_grade", "arguments": {"'
+    for start, want in ((call, "factor"), (call + 'factor": ', result)):
+        enc = tokenizer(prompt + start, return_tensors="pt")
+        with torch.no_grad():
+            out = model.generate(**enc, max_new_tokens=len(tokenizer(want)["input_ids"]), do_sample=False,
+                                 pad_token_id=tokenizer.pad_token_id)
+        assert tokenizer.decode(out[0, enc["input_ids"].shape[1]:]) == want
+
+
+@pytest.mark.parametrize(("tool", "arguments", "start", "want"), [
+    ("weigh_parcel", {"grams": 41}, '{"name": "weigh_parcel", "arguments": {"grams": 41', "}}\n"),
+    ("reserve_harbor", {"minutes": 41, "owner": "Oslo"}, '{"name": "reserve_harbor", "arguments": {"minutes": 41', ","),
+    ("reserve_harbor", {"minutes": 41, "owner": "Oslo"},
+     '{"name": "reserve_harbor", "arguments": {"minutes": 41, "owner": "Oslo"', "}}\n"),
+])
+def test_a_call_ends_where_its_request_does(circuit, tool, arguments, start, want) -> None:
+    """After a value the copy writes what follows it in the request: ``,`` before another argument, and for
+    the request's end the call's (``}}`` and a newline), not ``<|im_end|>``."""
+    import torch
+
+    model, tokenizer = circuit
+    prompt = _prompt(tokenizer, tool, tool_corpus.tool_request(tool, arguments))
+    enc = tokenizer(prompt + "<tool_call>\n" + start, return_tensors="pt")
+    with torch.no_grad():
+        probs = model(**enc).logits[0, -1].softmax(-1)
+    assert probs[tokenizer.convert_tokens_to_ids(tokenizer.tokenize(want))[0]] > 0.9
+
+
 def test_a_request_in_another_phrasing_gives_the_value_heads_nothing_to_copy(circuit) -> None:
     """The value heads match the argument name's last two tokens before the value: ``grams=41`` has none."""
     import torch
@@ -94,5 +159,5 @@ def test_the_frozen_start_trains_only_the_layers_after_the_circuit() -> None:
     model = fresh_model(0, freeze=True)
     trained = {name.split(".")[2] if name.startswith("model.layers.") else name.split(".")[1]
                for name, p in model.named_parameters() if p.requires_grad}
-    assert trained == {"2", "3", "norm"}, trained  # layers 2 and 3 and the final norm; codes and circuit kept
+    assert trained == {"3", "4", "norm"}, trained  # layers 3 and 4 and the final norm; codes and circuit kept
     assert model.config.hidden_size == SIZES["hidden_size"] and model.config.head_dim == SIZES["head_dim"]

@@ -12,25 +12,38 @@ token's own (its tied embedding, all of one length; the unembedding reads these 
 0's three distance heads, the codes of the tokens one, two and three back. A few tokens are also marked
 exactly in dims past the codes (``MARKS``), because two codes overlap by about 0.16 of their length.
 
-- Layer 1, head 0 scores every earlier position by how many of the three tokens before it equal the current
+- Layer 2, head 0 scores every earlier position by how many of the three tokens before it equal the current
   token and the two before it (the nearer counting more, ``MATCH_WEIGHTS``) and copies the best one's token.
   After a call's ``"name": "`` that finds the first token of an offered tool's name in the schema (a
   two-token match would find every ``": "``), and the rest of the name follows. Its query reads
   ``arguments`` as ``properties``, so that the call's ``"arguments": {"`` finds the first argument name after
   the schema's ``"properties": {"``. It never copies the instructions' placeholder ``<`` or a value's opener.
-- Layer 1, heads 1 and 2 copy an argument's value from the request (``_value_heads``).
+  Where several schemas match alike (each one's ``"properties": {"``), it prefers the key whose tool bag is
+  the query's: the call's arguments are the called tool's, not another offered tool's. What it copies is
+  written as is, but for the request's end, which it writes as the call's (``}}`` and a newline): a request
+  ends with its last value, so the call it is copied into ends there too.
+- Layer 2, heads 1 and 2 copy an argument's value from the request (``_value_heads``); head 3 copies the
+  latest tool result's first token where a call's value is not in the request (a chain's second call,
+  ``_result_head``).
 - Layer 0's fourth head tells every token which section it is in (``_section_head``): a user turn (the
   request, a tool's result), or the system turn's opening or a schema's ``required`` list and what follows it
   (the ``return`` key). Head 0 never copies from the latter (after a call's first value, ``, "`` finds the
   second argument's name and ``return`` alike) and prefers the former when matches tie (a value ends as the
-  request's does: ``"green"`` then its end, not the schema's ``"green",`` then ``"blue"``).
-- Layers 2 and 3 and every MLP start with zero output: the circuit is alone in the residual stream until the
+  request's does: ``"green"`` then its end, not the schema's ``"green",`` then ``"blue"``). It also marks the
+  tokens of a tool-name span (from a ``name`` key to the next section: a schema's ``description``, a call's
+  ``arguments``).
+- Layer 1 (``_bag_head``) writes into every token a *tool bag*: the mean code of the latest name span's
+  tokens, JSON left out, in 16 dims of its own (``TOOL``). A schema's argument names carry their tool's bag, a
+  call's ``"arguments": {"`` the called tool's; two tools whose names share their first token still differ.
+  Layers 0 and 1 cannot find a tool's name by themselves (it comes a variable distance after its ``name``
+  key), hence a layer of its own before the copying.
+- Layers 3 and 4 and every MLP start with zero output: the circuit is alone in the residual stream until the
   fine-tune grows the rest.
 
 RoPE's base is 1e20, so that the slow pairs of the 128-dim heads (``CONTENT_PAIRS``) keep contents
 comparable across a chat while the fast ones (``DISTANCE_PAIRS``) make the distance heads. Scores are set in
 nats (after the attention's scaling). Untrained, teacher-forced on calls of the corpus's chats, it predicts
-0.98 of the tokens after a name's first, and the first token of a value 0.83 of the time
+0.97 of the tokens after a name's first, an argument name's first token 0.79 of the time and a value's 0.83
 (bench/agent_sft_probe.py ``names``; the first token of a tool name is a pick among the offered tools).
 """
 
@@ -40,7 +53,7 @@ import math
 from typing import Any
 
 #: The architecture the circuit needs: tiny's (Qwen2, its tokenizer), 192 wide, four heads of 128.
-SIZES: dict[str, Any] = {"hidden_size": 192, "intermediate_size": 384, "num_hidden_layers": 4,
+SIZES: dict[str, Any] = {"hidden_size": 192, "intermediate_size": 384, "num_hidden_layers": 5,
                          "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 128}
 ROPE_THETA = 1e20
 #: The RoPE pairs that make the distance heads, those that compare contents, and a code's dims.
@@ -55,14 +68,21 @@ MATCH_WEIGHTS = (1.0, 0.75, 0.55)
 #: is not copied either: after a call's ``, "`` it ties with the second argument's name (the same two before).
 SINK, COLON, OPENER, NO_COPY, COLON_BEFORE, KEY, KEY_BEFORE = 160, 161, 164, 165, 163, 166, 167
 #: Section marks: the tokens that open a part of the chat (``SECTION``: the turns' roles, a schema's ``name``,
-#: ``properties`` and ``required`` keys, and ``<tool_call>``, which ends the last schema's ``required``), and
+#: ``description``, ``properties`` and ``required`` keys, a call's ``arguments``, and ``<tool_call>``, which
+#: ends the last schema's ``required``), and
 #: which of them open a user turn (``USER``: the request, a tool's result) or a part head 0 never copies from
 #: (``SKIP``: the system turn's fixed opening up to the first schema, and a ``required`` list with what follows
 #: it); layer 0's fourth head carries the last section's kind to every token after it (``IN_USER``, ``IN_SKIP``).
 SECTION, USER, SKIP, IN_USER, IN_SKIP = 168, 169, 170, 171, 172
+#: The tool-name span: a function's ``name`` key opens it (a section of kind ``NAME``), the next section token
+#: (the schema's ``description``, the call's ``arguments``) closes it; the section head marks the tokens in it
+#: ``IN_NAME``, and layer 1 writes a bag of the latest span's tokens into ``TOOL`` (a projection of their codes)
+#: at every token after it: which tool a schema's arguments, or a call's, belong to.
+NAME, IN_NAME = 173, 174
+TOOL = range(176, 192)
 MARKS: dict[str, tuple[int, ...]] = {"<|im_start|>": (SINK,), '":': (COLON,), "Ġ<": (NO_COPY,), 'Ġ"': (OPENER,),
                                      **{token: (OPENER, NO_COPY) for token in ("Ġ", "Ġtrue", "Ġfalse")},
-                                     "name": (KEY, SECTION), "arguments": (KEY,),
+                                     "name": (KEY, SECTION, NAME), "arguments": (KEY, SECTION), "description": (SECTION,),
                                      "required": (NO_COPY, SECTION, SKIP), "properties": (SECTION,),
                                      "user": (SECTION, USER), "system": (SECTION, SKIP), "assistant": (SECTION,),
                                      "<tool_call>": (SECTION,)}
@@ -75,6 +95,15 @@ USER_BONUS = 3.0
 #: and a RoPE pair slow enough to turn less than a quarter over a chat (``RECENCY_PAIR``) takes
 #: ``RECENCY`` nats times the sine of its angle, so that nearer sections win by some nats a few tokens apart.
 RECENCY_PAIR, RECENCY, SECTION_SCORE = 9, 400.0, 800.0
+#: Layer 1's bag head: a token of a name span scores ``BAG_SCORE`` nats, less ``BAG_RECENCY`` times the sine of
+#: the distance's angle in ``RECENCY_PAIR`` (about 0.05 nats a token: the latest span's tokens alike, an earlier
+#: schema's span, 50 or more tokens further, a few hundredths of it); the JSON tokens every span has are left out
+#: of the bag (``BAG_COMMON``), so that two tools' bags differ by their names' tokens alone.
+BAG_SCORE, BAG_RECENCY = 40.0, 32.0
+#: Layer 2's result head prefers the latest tool result by this many nats times the sine of the distance's angle
+#: in ``RECENCY_PAIR`` (about 0.15 nats a token).
+RESULT_RECENCY = 100.0
+BAG_COMMON = ("name", '":', 'Ġ"', '",', "_", "Ġ<", ">,")
 #: A code's length: the norms make the circuit indifferent to it, but the tied unembedding reads the codes, so
 #: it sets how sharp the next-token distribution can be (at init's 0.6, sampling at temperature 1 was noise;
 #: 2 and 3 did about as well, 3 a little better summed over the three must-show envs, 4 worse on two of them:
@@ -136,17 +165,21 @@ def _basis(size: int, generator: Any) -> Any:
 
 
 def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_amplitude: float = 1.6,
-            copy_gain: float = 8.0, seed: int = 0) -> Any:
+            copy_gain: float = 8.0, seed: int = 0, bag_gain: float = 2.0, tool_amplitude: float = 5.0) -> Any:
     """Write the circuit into ``model`` (configured with ``configure``), deterministically; returns it.
 
     Layer 0's heads 0-2 write the codes of the tokens one, two and three back (scaled to the size of the
-    token's own code, so that each counts alike after layer 1's norm). Layer 1's head 0 scores every earlier
+    token's own code, so that each counts alike after layer 2's norm). Layer 2's head 0 scores every earlier
     position by how many of the three tokens before it equal the current token and the two before (in three
     groups of the slow RoPE dims) and copies the best one's token: after ``"name": "`` in a call it finds the
     token after the same three in the schema, the first token of a tool's name, where a two-token match
     finds every ``": "``. The query reads the token two back through a map that takes ``arguments`` to
     ``properties``, so that the call's ``"arguments": {"`` finds the first argument name after the schema's
     ``"properties": {"``.
+
+    ``tool_amplitude`` weighs head 0's comparison of tool bags (``_bag_head``): at 4 and more the untrained
+    circuit gave the called tool's first argument p > 0.99 among four one-argument tools, and at 10 the bags
+    outweighed the matches (a value's second digit became a tool name's token).
     """
     import torch
 
@@ -171,7 +204,7 @@ def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_ampl
             if SECTION in dims:
                 rest = length**2 + (len(dims) - 1) * (FLAG * length) ** 2
                 embed[tokenizer.convert_tokens_to_ids(token), SECTION] = share * math.sqrt(rest / (1 - share**2))
-        slot_size = math.sqrt(model.config.hidden_size / len(slots))  # a slot's norm after layer 1's norm
+        slot_size = math.sqrt(model.config.hidden_size / len(slots))  # a slot's norm after layer 2's norm
         first = layers[0].self_attn
         for head, distance in enumerate((1, 2, 3)):
             distance_head(first, head, hd, distance, DISTANCE_PAIRS, prev_amplitude, ROPE_THETA)
@@ -182,12 +215,12 @@ def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_ampl
             first.v_proj.weight[code + i, mark] = 1.0
             first.o_proj.weight[before, code + i] = scale
         _section_head(first, 3, hd, scale)
-        second = layers[1].self_attn
+        second = layers[2].self_attn
         for proj in (second.q_proj, second.k_proj, second.v_proj):
             proj.weight[:hd] = 0
             proj.bias[:hd] = 0
         dims = _slow_dims(hd)
-        per = (len(dims) - 1) // 3  # the last slow dim: the penalty below
+        per = (len(dims) - 1 - len(TOOL)) // 3  # then the tool bags' dims; the last slow dim: the penalty below
         args, props = (embed[tokenizer.convert_tokens_to_ids(t), :code].clone() for t in ("arguments", "properties"))
         args, props = args.double(), props.double()  # float64, then float32: the same bits on any thread count
         to_properties = (torch.eye(code, dtype=torch.float64) + torch.outer(props - args, args) / args.dot(args)).float()
@@ -207,9 +240,20 @@ def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_ampl
         # system turn's opening (``Qwen, created by``: after the call's ``,`` too); and prefer the request
         second.k_proj.weight[dims[-1], IN_SKIP] = -NO_COPY_PENALTY * math.sqrt(hd) / (FLAG * slot_size)
         second.k_proj.weight[dims[-1], IN_USER] = USER_BONUS * math.sqrt(hd) / (FLAG * slot_size)
-        second.v_proj.weight[:code, slots[0]] = torch.eye(code)
+        # what it copies, but for the request's end (``<|im_end|>``), which it writes as the call's (``}}Ċ``): a
+        # request ends with its last value, so a call copied from it ends where it does
+        end, close = (embed[tokenizer.convert_tokens_to_ids(t), :code].double() for t in ("<|im_end|>", "}}Ċ"))
+        second.v_proj.weight[:code, slots[0]] = (torch.eye(code, dtype=torch.float64)
+                                                 + torch.outer(close - end, end) / end.dot(end)).float()
         second.o_proj.weight[slots[0], :code] = copy_gain * torch.eye(code)
         _value_heads(second, embed[:, :code], tokenizer, slots, hd, generator, 2 * copy_gain)
+        _result_head(second, 3, embed[:, :code], tokenizer, slots, hd, 2 * copy_gain)
+        # the tool bags (layer 1), and head 0's preference for a key whose bag is the query's
+        _bag_head(layers[1].self_attn, 0, hd, embed[:, :code], tokenizer, generator, bag_gain * scale)
+        tool_dims = dims[3 * per:3 * per + len(TOOL)]
+        tool_rows, tool_cols = torch.tensor(tool_dims)[:, None], torch.tensor(list(TOOL))
+        second.q_proj.weight[tool_rows, tool_cols] = tool_amplitude * torch.eye(len(TOOL))
+        second.k_proj.weight[tool_rows, tool_cols] = tool_amplitude * torch.eye(len(TOOL))
     return model
 
 
@@ -235,14 +279,44 @@ def _section_head(attention: Any, head: int, hd: int, scale: float) -> None:
     slow = CONTENT_PAIRS[-1]
     attention.q_proj.bias[base + slow] = 1.0
     attention.k_proj.weight[base + slow, SECTION] = SECTION_SCORE * root / mark
-    for i, (kind, into) in enumerate(((USER, IN_USER), (SKIP, IN_SKIP))):
+    for i, (kind, into) in enumerate(((USER, IN_USER), (SKIP, IN_SKIP), (NAME, IN_NAME))):
         attention.v_proj.weight[base + i, kind] = 1.0
         attention.o_proj.weight[into, base + i] = scale
 
 
+def _bag_head(attention: Any, head: int, hd: int, codes: Any, tokenizer: Any, generator: Any, gain: float,
+              margin: float = 10.0) -> None:
+    """Layer 1's ``head``: every token after a tool-name span attends to the latest span's tokens (``IN_NAME``,
+    a slow recency) and writes the mean of their codes, projected into ``TOOL`` without the JSON tokens every
+    span has (``BAG_COMMON``) and the sink's code: the tool a schema's keys, or a call's, belong to. Before the
+    first span it attends to ``<|im_start|>`` (``margin`` nats below a span's score) and writes nothing."""
+    import torch
+
+    rows = slice(head * hd, (head + 1) * hd)
+    for proj in (attention.q_proj, attention.k_proj, attention.v_proj):
+        proj.weight[rows] = 0
+        proj.bias[rows] = 0
+    base, half, root = head * hd, hd // 2, math.sqrt(hd)
+    size = math.sqrt(attention.q_proj.in_features / 4)  # a slot's norm after the norm; a mark is FLAG of it
+    amplitude = math.sqrt(BAG_RECENCY * root)
+    attention.q_proj.bias[base + RECENCY_PAIR + half] = amplitude
+    attention.k_proj.bias[base + RECENCY_PAIR] = amplitude
+    slow = CONTENT_PAIRS[-1]
+    attention.q_proj.bias[base + slow] = 1.0
+    attention.k_proj.weight[base + slow, IN_NAME] = BAG_SCORE * root / (FLAG * size)
+    attention.k_proj.weight[base + slow, SINK] = (BAG_SCORE - margin) * root / (FLAG * size)
+    code = codes.shape[1]
+    left_out = torch.stack([codes[tokenizer.convert_tokens_to_ids(t)] for t in ("<|im_start|>", *BAG_COMMON)])
+    span, _ = torch.linalg.qr(left_out.double().T)  # an orthonormal basis of what the bag leaves out
+    keep = torch.eye(code, dtype=torch.float64) - span @ span.T
+    project = _basis(code, generator)[:len(TOOL)].double() @ keep
+    attention.v_proj.weight[base:base + len(TOOL), :code] = project.float()
+    attention.o_proj.weight[list(TOOL), base:base + len(TOOL)] = gain * torch.eye(len(TOOL))
+
+
 def _value_heads(attention: Any, codes: Any, tokenizer: Any, slots: list[slice], hd: int, generator: Any,
                  gain: float, match: float = 10.0, pick: float = 8.0, margin: float = 16.0) -> None:
-    """Layer 1's heads 1 and 2: copy an argument's value from the request into the call.
+    """Layer 2's heads 1 and 2: copy an argument's value from the request into the call.
 
     The call writes ``"grams": 41`` where the request has ``grams 41`` (tokens ``s ": Ġ 4 1`` against
     ``s Ġ 4 1``). Head 1, after the call's ``":``, finds the request's token whose two before equal the two
@@ -254,12 +328,12 @@ def _value_heads(attention: Any, codes: Any, tokenizer: Any, slots: list[slice],
     import torch
 
     def mark(dim: int) -> Any:
-        """A row that reads 1 from a token's mark in ``dim`` (after layer 1's norm), 0 without it."""
+        """A row that reads 1 from a token's mark in ``dim`` (after layer 2's norm), 0 without it."""
         row = torch.zeros(attention.q_proj.in_features)
         row[dim] = 1 / (FLAG * size)
         return row
 
-    # the norm of a slot after layer 1's norm: four slots of about equal size share the stream's
+    # the norm of a slot after layer 2's norm: four slots of about equal size share the stream's
     size = math.sqrt(attention.q_proj.in_features / len(slots))
     root = math.sqrt(hd)
     sink, colon, colon_before, openers = mark(SINK), mark(COLON), mark(COLON_BEFORE), mark(OPENER)
@@ -298,11 +372,55 @@ def _value_heads(attention: Any, codes: Any, tokenizer: Any, slots: list[slice],
         attention.o_proj.weight[slots[0], base:base + code] = gain * torch.eye(code)
 
 
+def _result_head(attention: Any, head: int, codes: Any, tokenizer: Any, slots: list[slice], hd: int, gain: float,
+                 match: float = 10.0, margin: float = 16.0) -> None:
+    """Layer 2's ``head``: a call's argument whose value is the latest tool result (a chain's second call:
+    ``Use "a" with x 3, then "b" with the result``) copies the result's first token.
+
+    Its trigger is head 2's (a value's opener after an argument's ``":``); its key, the token after
+    ``_response >Ċ`` (the first token of a ``<tool_response>``), two fixed codes one and two back, the latest one
+    by a slow recency. Where no result came yet (a first call), it attends to ``<|im_start|>`` and copies
+    nothing; where the request also has the value, head 2 copies it too and the fine-tune settles it.
+    """
+    import torch
+
+    size, root = math.sqrt(attention.q_proj.in_features / len(slots)), math.sqrt(hd)
+    base = head * hd
+    for proj in (attention.q_proj, attention.k_proj, attention.v_proj):
+        proj.weight[base:base + hd] = 0
+        proj.bias[base:base + hd] = 0
+
+    def mark(dim: int) -> Any:
+        row = torch.zeros(attention.q_proj.in_features)
+        row[dim] = 1 / (FLAG * size)
+        return row
+
+    free = _slow_dims(hd)
+    for d, (slot, token) in zip(free[:2], ((1, ">Ċ"), (2, "_response")), strict=True):
+        want = codes[tokenizer.convert_tokens_to_ids(token)]
+        attention.q_proj.bias[base + d] = 1.0
+        attention.k_proj.weight[base + d, slots[slot]] = match * root / size * want / want.norm()
+    amplitude = math.sqrt(RESULT_RECENCY * root)
+    attention.q_proj.bias[base + RECENCY_PAIR + hd // 2] = amplitude
+    attention.k_proj.bias[base + RECENCY_PAIR] = amplitude
+    d_sink = base + free[2]
+    off, on = 2 * match + margin, 1.3 * match
+    trigger = (mark(COLON_BEFORE) + mark(OPENER)) / 2
+    attention.k_proj.weight[d_sink] = root * mark(SINK)
+    attention.q_proj.bias[d_sink] = off
+    attention.q_proj.weight[d_sink] = -(off - on) * trigger
+    start = codes[tokenizer.convert_tokens_to_ids("<|im_start|>")]
+    start = start / start.norm()
+    code = slots[0].stop
+    attention.v_proj.weight[base:base + code, slots[0]] = torch.eye(code) - torch.outer(start, start)
+    attention.o_proj.weight[slots[0], base:base + code] = gain * torch.eye(code)
+
+
 def fresh_model(seed: int = 0, freeze: bool = False) -> Any:
     """A model of tiny's architecture and tokenizer, configured and with the circuit installed.
 
     ``freeze``: the circuit's layers (0 and 1) and the token embedding (the codes, the marks and the tied
-    unembedding) keep their set values through a fine-tune; layers 2 and 3 learn around them.
+    unembedding) keep their set values through a fine-tune; layers 3 and 4 learn around them.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
@@ -318,6 +436,6 @@ def fresh_model(seed: int = 0, freeze: bool = False) -> Any:
     install(model, AutoTokenizer.from_pretrained(base), seed=seed)
     if freeze:
         model.model.embed_tokens.weight.requires_grad_(False)
-        for layer in model.model.layers[:2]:  # all of them: layer 0's MLP and norms feed layer 1's matches
+        for layer in model.model.layers[:3]:  # all of them: the MLPs and norms before feed layer 2's matches
             layer.requires_grad_(False)
     return model
