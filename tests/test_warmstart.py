@@ -185,6 +185,9 @@ def test_a_recipe_can_start_from_its_own_model_and_keep_part_of_it(
     changed = [k for k in before if k.startswith("model.layers.3.") and not torch.equal(before[k], after[k])]
     assert kept and all(torch.equal(before[k], after[k]) for k in kept)
     assert changed  # the layers after the circuit learned
+    # and a run that loads it (GRPO, the check) trains what SFT trained, not the circuit
+    trainable = {name for name, p in models.load_model(str(path)).named_parameters() if p.requires_grad}
+    assert not trainable & set(kept) and trainable >= set(changed)
 
 
 def test_warm_started_models_are_offline_models() -> None:

@@ -288,6 +288,10 @@ def load_model(
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code, **extra)
     except Exception as exc:
         raise GRPOMagicError(f"Could not load model '{name_or_path}': {one_line(exc, 10_000)}") from exc
+    frozen = set(getattr(model.config, "grpo_magic_frozen", None) or ())
+    for name, param in model.named_parameters():  # a model's own hand-set parts, which no run trains
+        if name in frozen:
+            param.requires_grad_(False)
     if tokenizer is not None:
         embeddings = model.get_input_embeddings()
         if embeddings is not None and len(tokenizer) > embeddings.weight.shape[0]:

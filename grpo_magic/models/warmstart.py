@@ -188,6 +188,12 @@ class WarmStart:
                 if self.sharpen != 1.0:
                     _sharpen(model, self.sharpen)
                 checked = self.check(model, tokenizer) if self.check is not None else {}
+                # the parts the start model keeps as set (a hand-set circuit) stay so in every run that loads it
+                # (models.load_model): Adam's steps are of one size whatever a weight's scale, and a circuit
+                # scored in hundreds of nats lost its copying in one GRPO step at lr 1e-4 (bench/RESULTS-agent.md)
+                frozen = [name for name, param in model.named_parameters() if not param.requires_grad]
+                if frozen:
+                    model.config.grpo_magic_frozen = frozen
                 model.save_pretrained(dest, safe_serialization=True)
                 tokenizer.save_pretrained(dest)
         finally:
