@@ -419,7 +419,7 @@ def main() -> None:
     parser.add_argument("--json-args", action="store_true", help="sft: requests give the arguments as the call's JSON")
     parser.add_argument("--no-period", action="store_true", help="sft: one-call requests end with their last value")
     parser.add_argument("--show", action="store_true", help="env_check: each env's first reply too")
-    parser.add_argument("--freeze", action="store_true", help="sft: keep the circuit (layers 0-1 attention, codes) as set")
+    parser.add_argument("--freeze", action="store_true", help="sft: keep the circuit (its layers, the codes) as set")
     parser.add_argument("--every", type=int, default=0, help="sft: env_check every N steps")
     parser.add_argument("--schedule", default="constant_with_warmup", help="sft: the learning-rate schedule")
     parser.add_argument("--save", default=None)

@@ -39,13 +39,17 @@ held-out names at step 0 as well as those runs did after 1,500 steps; fine-tuned
 tools and arguments right but invents the values, which the requests spell differently (same file).
 
 ``RECIPE`` now starts from ``copy_circuit`` (a three-token match that finds the first token of a tool's
-and an argument's name, two heads that copy a value from the request, and a head that marks user turns and
-the parts not to copy from), frozen, and fine-tunes layers 2 and 3 for 200 steps of 8 chats on two threads.
-Untrained, teacher-forced, the circuit predicts 0.99 of a name's tokens after its first and a value's first
-token 0.85 of the time. Fine-tuned so (f15 in bench/RESULTS-agent.md, 2026-12-02, fourth part), right calls
-greedy / sampled at temperature 1: one integer 0.88 / 0.75, integer and string 0.66 / 0.34, enum 1.0 / 0.44,
-three tools 0 / 0 (a tool paired with another's argument); sampled calls fail on single junk tokens in the
-call's JSON. Runs swing a lot between seeds and small changes. Still not ``tiny-agent``.
+and an argument's name, two heads that copy a value from the request, a head that marks user turns and the
+parts not to copy from, a layer of tool bags so that a call's arguments are the called tool's, and a head that
+copies a chain's first result into its second call), frozen, and fine-tunes layers 3 and 4 for 300 steps of 8
+chats on two threads; ``sharpen`` then doubles its logits. The circuit alone (untrained) writes the called
+tool's argument among distractors, ends a call where its request ends and copies a result into a second call
+(tests/test_copy_circuit.py). Fine-tuned (bench/RESULTS-agent.md, 2026-12-03), right calls sampled at
+temperature 1 with the logits doubled: one seed 1.0 / 0.03 / 1.0 on the one-integer, two-argument and enum
+envs, another 0.06 / 0.41 / 0.47; three tools at most 0.25; chains 0 (the second tool called first). The
+fine-tuned layers break fixed JSON tokens the circuit gets right, differently in each seed, and which tool a
+request names is theirs to learn. GRPO at lr 1e-4 did not raise the three-tool env's share in 20 steps. Still
+not ``tiny-agent``.
 """
 
 from __future__ import annotations
