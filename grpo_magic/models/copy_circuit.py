@@ -257,6 +257,15 @@ def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_ampl
     return model
 
 
+def _recency(attention: Any, base: int, hd: int, nats: float) -> None:
+    """The head at ``base`` scores a key ``nats`` times the sine of its distance's angle in ``RECENCY_PAIR``
+    lower: nearer keys win. The quarter turn: q = (0, a), k = (a, 0) in the pair (biases), so q.k after RoPE
+    is -a^2 sin(distance * freq)."""
+    amplitude = math.sqrt(nats * math.sqrt(hd))
+    attention.q_proj.bias[base + RECENCY_PAIR + hd // 2] = amplitude
+    attention.k_proj.bias[base + RECENCY_PAIR] = amplitude
+
+
 def _section_head(attention: Any, head: int, hd: int, scale: float) -> None:
     """Layer 0's ``head``: every token attends to the last section token at or before it (``MARKS``'s
     ``SECTION``) and writes whether it opened a user turn (``IN_USER``) or a part not to copy from (``IN_SKIP``).
@@ -269,11 +278,8 @@ def _section_head(attention: Any, head: int, hd: int, scale: float) -> None:
     for proj in (attention.q_proj, attention.k_proj, attention.v_proj):
         proj.weight[rows] = 0
         proj.bias[rows] = 0
-    base, half, root = head * hd, hd // 2, math.sqrt(hd)
-    # the quarter turn: q = (0, a), k = (a, 0) in the pair, so q.k after RoPE is -a^2 sin(distance * freq)
-    amplitude = math.sqrt(RECENCY * root)
-    attention.q_proj.bias[base + RECENCY_PAIR + half] = amplitude
-    attention.k_proj.bias[base + RECENCY_PAIR] = amplitude
+    base, root = head * hd, math.sqrt(hd)
+    _recency(attention, base, hd, RECENCY)
     # the section mark, after layer 0's norm: about FLAG * CODE_LENGTH * sqrt(hidden) / CODE_LENGTH
     mark = FLAG * math.sqrt(attention.q_proj.in_features)
     slow = CONTENT_PAIRS[-1]
@@ -296,11 +302,9 @@ def _bag_head(attention: Any, head: int, hd: int, codes: Any, tokenizer: Any, ge
     for proj in (attention.q_proj, attention.k_proj, attention.v_proj):
         proj.weight[rows] = 0
         proj.bias[rows] = 0
-    base, half, root = head * hd, hd // 2, math.sqrt(hd)
+    base, root = head * hd, math.sqrt(hd)
     size = math.sqrt(attention.q_proj.in_features / 4)  # a slot's norm after the norm; a mark is FLAG of it
-    amplitude = math.sqrt(BAG_RECENCY * root)
-    attention.q_proj.bias[base + RECENCY_PAIR + half] = amplitude
-    attention.k_proj.bias[base + RECENCY_PAIR] = amplitude
+    _recency(attention, base, hd, BAG_RECENCY)
     slow = CONTENT_PAIRS[-1]
     attention.q_proj.bias[base + slow] = 1.0
     attention.k_proj.weight[base + slow, IN_NAME] = BAG_SCORE * root / (FLAG * size)
@@ -312,6 +316,16 @@ def _bag_head(attention: Any, head: int, hd: int, codes: Any, tokenizer: Any, ge
     project = _basis(code, generator)[:len(TOOL)].double() @ keep
     attention.v_proj.weight[base:base + len(TOOL), :code] = project.float()
     attention.o_proj.weight[list(TOOL), base:base + len(TOOL)] = gain * torch.eye(len(TOOL))
+
+
+def _mark_row(width: int, dim: int, size: float) -> Any:
+    """A row that reads 1 from a token's mark in ``dim`` (after layer 2's norm, where a slot's norm is ``size``
+    and a mark ``FLAG`` of it), 0 without it."""
+    import torch
+
+    row = torch.zeros(width)
+    row[dim] = 1 / (FLAG * size)
+    return row
 
 
 def _value_heads(attention: Any, codes: Any, tokenizer: Any, slots: list[slice], hd: int, generator: Any,
@@ -328,10 +342,7 @@ def _value_heads(attention: Any, codes: Any, tokenizer: Any, slots: list[slice],
     import torch
 
     def mark(dim: int) -> Any:
-        """A row that reads 1 from a token's mark in ``dim`` (after layer 2's norm), 0 without it."""
-        row = torch.zeros(attention.q_proj.in_features)
-        row[dim] = 1 / (FLAG * size)
-        return row
+        return _mark_row(attention.q_proj.in_features, dim, size)
 
     # the norm of a slot after layer 2's norm: four slots of about equal size share the stream's
     size = math.sqrt(attention.q_proj.in_features / len(slots))
@@ -391,18 +402,14 @@ def _result_head(attention: Any, head: int, codes: Any, tokenizer: Any, slots: l
         proj.bias[base:base + hd] = 0
 
     def mark(dim: int) -> Any:
-        row = torch.zeros(attention.q_proj.in_features)
-        row[dim] = 1 / (FLAG * size)
-        return row
+        return _mark_row(attention.q_proj.in_features, dim, size)
 
     free = _slow_dims(hd)
     for d, (slot, token) in zip(free[:2], ((1, ">Ċ"), (2, "_response")), strict=True):
         want = codes[tokenizer.convert_tokens_to_ids(token)]
         attention.q_proj.bias[base + d] = 1.0
         attention.k_proj.weight[base + d, slots[slot]] = match * root / size * want / want.norm()
-    amplitude = math.sqrt(RESULT_RECENCY * root)
-    attention.q_proj.bias[base + RECENCY_PAIR + hd // 2] = amplitude
-    attention.k_proj.bias[base + RECENCY_PAIR] = amplitude
+    _recency(attention, base, hd, RESULT_RECENCY)
     d_sink = base + free[2]
     off, on = 2 * match + margin, 1.3 * match
     trigger = (mark(COLON_BEFORE) + mark(OPENER)) / 2
