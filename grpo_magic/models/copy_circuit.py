@@ -100,10 +100,10 @@ RECENCY_PAIR, RECENCY, SECTION_SCORE = 9, 400.0, 800.0
 #: schema's span, 50 or more tokens further, a few hundredths of it); the JSON tokens every span has are left out
 #: of the bag (``BAG_COMMON``), so that two tools' bags differ by their names' tokens alone.
 BAG_SCORE, BAG_RECENCY = 40.0, 32.0
+BAG_COMMON = ("name", '":', 'Ġ"', '",', "_", "Ġ<", ">,")
 #: Layer 2's result head prefers the latest tool result by this many nats times the sine of the distance's angle
 #: in ``RECENCY_PAIR`` (about 0.15 nats a token).
 RESULT_RECENCY = 100.0
-BAG_COMMON = ("name", '":', 'Ġ"', '",', "_", "Ġ<", ">,")
 #: A code's length: the norms make the circuit indifferent to it, but the tied unembedding reads the codes, so
 #: it sets how sharp the next-token distribution can be (at init's 0.6, sampling at temperature 1 was noise;
 #: 2 and 3 did about as well, 3 a little better summed over the three must-show envs, 4 worse on two of them:
@@ -268,7 +268,8 @@ def _recency(attention: Any, base: int, hd: int, nats: float) -> None:
 
 def _section_head(attention: Any, head: int, hd: int, scale: float) -> None:
     """Layer 0's ``head``: every token attends to the last section token at or before it (``MARKS``'s
-    ``SECTION``) and writes whether it opened a user turn (``IN_USER``) or a part not to copy from (``IN_SKIP``).
+    ``SECTION``) and writes whether it opened a user turn (``IN_USER``), a part not to copy from (``IN_SKIP``)
+    or a tool-name span (``IN_NAME``).
 
     The query and key are constant (biases) but for the key's section mark: in one slow dim the mark scores
     ``SECTION_SCORE``; in the RoPE pair ``RECENCY_PAIR`` the query is a quarter turn ahead of the key, so the
@@ -426,7 +427,7 @@ def _result_head(attention: Any, head: int, codes: Any, tokenizer: Any, slots: l
 def fresh_model(seed: int = 0, freeze: bool = False) -> Any:
     """A model of tiny's architecture and tokenizer, configured and with the circuit installed.
 
-    ``freeze``: the circuit's layers (0 and 1) and the token embedding (the codes, the marks and the tied
+    ``freeze``: the circuit's layers (0, 1 and 2) and the token embedding (the codes, the marks and the tied
     unembedding) keep their set values through a fine-tune; layers 3 and 4 learn around them.
     """
     import torch

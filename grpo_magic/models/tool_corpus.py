@@ -50,8 +50,7 @@ envs, another 0.06 / 0.41 / 0.47; three tools at most 0.25; chains 0 (the second
 fine-tuned layers break fixed JSON tokens the circuit gets right, differently in each seed, and which tool a
 request names is theirs to learn. As built (two threads, 350 s, the same bytes from two processes), its
 check on 96 held-out chats: offered with the schema's types 0.51 greedy and sampled, right 0.26 and 0.27.
-GRPO at lr 1e-4 did not raise the three-tool env's share in 20 steps. Still
-not ``tiny-agent``.
+GRPO at lr 1e-4 did not raise the three-tool env's share in 20 steps. Still not ``tiny-agent``.
 """
 
 from __future__ import annotations
