@@ -429,6 +429,8 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         if lost_other_processes(exc):  # a machine is gone: what this process holds is the last finished step
             reason = lost_processes_reason(exc, run.step + 1)
             checkpoint_saved, why_not = save_alone(trainer, callback)
+            if checkpoint_saved:  # a step whose end-of-step call the loss cut short is trained and saved all the same
+                run.step = max(run.step, checkpoint_step(checkpoint_saved))
             reason += (f"; a checkpoint of step {checkpoint_step(checkpoint_saved)} is in {checkpoint_saved} "
                        "(--resume continues from there)" if checkpoint_saved else f"; no checkpoint was saved{why_not}")
     except BaseException as exc:  # noqa: BLE001 - SystemExit from an env's sys.exit(): a failure, not "completed"
