@@ -25,6 +25,8 @@ CASES = [  # (tool, arguments, the call's start, what the circuit must write nex
     # the name's end: the schema's `` "`` then ``arguments``'s first match, not the request's ``Ġtool`` after its
     # quoted name (``NAME_USER_BONUS`` stops at ``",``)
     ("reserve_harbor", {"minutes": 7, "owner": "Oslo"}, '{"name": "reserve_harbor",', ' "'),
+    # then ``arguments``, where the schema has ``description`` (head 0 writes it as the call's key, ``COPY_AS``)
+    ("reserve_harbor", {"minutes": 7, "owner": "Oslo"}, '{"name": "reserve_harbor", "', 'arguments'),
     ("reserve_harbor", {"minutes": 7, "owner": "Oslo"}, '{"name": "reserve_harbor", "arguments": {"minutes":', " 7"),
     # the second argument's name, not the schema's ``return`` key, which has the same three tokens before it
     ("reserve_harbor", {"minutes": 7, "owner": "Oslo"}, '{"name": "reserve_harbor", "arguments": {"minutes": 7, "',

@@ -121,6 +121,14 @@ RESULT_RECENCY = 100.0
 #: 2 and 3 did about as well, 3 a little better summed over the three must-show envs, 4 worse on two of them:
 #: bench/RESULTS-agent.md).
 CODE_LENGTH = 3.0
+#: What head 0's query reads a token as (``_remap``): a call's ``arguments`` as a schema's ``properties``, so that
+#: the call's ``"arguments": {"`` finds the first argument name after the schema's ``"properties": {"``. (Reading
+#: the call's ``}}Ċ`` as the instructions' ``>}Ċ``, for the ``</tool_call>`` after it, also turned a chain's copied
+#: result ``121`` into ``1_response>``: a map leaks into the codes that overlap its token's.)
+QUERY_AS = (("arguments", "properties"),)
+#: What head 0 writes a copied token as: the request's end as a call's (``}}Ċ``), a schema's ``description``
+#: (which follows its name) as a call's ``arguments`` (which follows the called name).
+COPY_AS = (("<|im_end|>", "}}Ċ"), ("description", "arguments"))
 
 
 def configure(config: Any) -> Any:
@@ -233,9 +241,8 @@ def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_ampl
             proj.bias[:hd] = 0
         dims = _slow_dims(hd)
         per = (len(dims) - 1 - len(TOOL)) // 3  # then the tool bags' dims; the last slow dim: the penalty below
-        args, props = (embed[tokenizer.convert_tokens_to_ids(t), :code].clone() for t in ("arguments", "properties"))
-        args, props = args.double(), props.double()  # float64, then float32: the same bits on any thread count
-        to_properties = (torch.eye(code, dtype=torch.float64) + torch.outer(props - args, args) / args.dot(args)).float()
+        # the call's ``arguments`` read as the schema's ``properties``
+        to_properties = _remap(embed[:, :code], tokenizer, QUERY_AS)
         for group, (query, key) in enumerate(((0, 1), (1, 2), (2, 3))):
             basis = _basis(code, generator)
             rows = dims[group * per:(group + 1) * per]
@@ -258,10 +265,9 @@ def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_ampl
                                           - _mark_row(second.q_proj.in_features, KEY, slot_size))
         second.k_proj.weight[name_dim, IN_USER] = NAME_USER_BONUS * math.sqrt(hd) / (FLAG * slot_size)
         # what it copies, but for the request's end (``<|im_end|>``), which it writes as the call's (``}}Ċ``): a
-        # request ends with its last value, so a call copied from it ends where it does
-        end, close = (embed[tokenizer.convert_tokens_to_ids(t), :code].double() for t in ("<|im_end|>", "}}Ċ"))
-        second.v_proj.weight[:code, slots[0]] = (torch.eye(code, dtype=torch.float64)
-                                                 + torch.outer(close - end, end) / end.dot(end)).float()
+        # request ends with its last value, so a call copied from it ends where it does; and a schema's
+        # ``description`` after its name, which it writes as the call's ``arguments``
+        second.v_proj.weight[:code, slots[0]] = _remap(embed[:, :code], tokenizer, COPY_AS)
         second.o_proj.weight[slots[0], :code] = copy_gain * torch.eye(code)
         _value_heads(second, embed[:, :code], tokenizer, slots, hd, generator, 2 * copy_gain)
         _result_head(second, 3, embed[:, :code], tokenizer, slots, hd, 2 * copy_gain)
@@ -272,6 +278,19 @@ def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_ampl
         second.q_proj.weight[tool_rows, tool_cols] = tool_amplitude * torch.eye(len(TOOL))
         second.k_proj.weight[tool_rows, tool_cols] = tool_amplitude * torch.eye(len(TOOL))
     return model
+
+
+def _remap(codes: Any, tokenizer: Any, pairs: tuple[tuple[str, str], ...]) -> Any:
+    """A map of codes that takes each pair's first token's code to its second's and leaves the rest about as they
+    are (the identity plus one rank-one term a pair), computed in float64 so that its float32 bits do not
+    depend on the thread count."""
+    import torch
+
+    out = torch.eye(codes.shape[1], dtype=torch.float64)
+    for source, target in pairs:
+        a, b = (codes[tokenizer.convert_tokens_to_ids(t)].double() for t in (source, target))
+        out += torch.outer(b - a, a) / a.dot(a)
+    return out.float()
 
 
 def _recency(attention: Any, base: int, hd: int, nats: float) -> None:
