@@ -22,8 +22,7 @@ CASES = [  # (tool, arguments, the call's start, what the circuit must write nex
     ("weigh_parcel", {"grams": 41}, '{"name": "weigh_parcel", "arguments": {"', "grams"),
     ("weigh_parcel", {"grams": 41}, '{"name": "weigh_parcel", "arguments": {"grams":', " 41"),
     ("reserve_harbor", {"minutes": 7, "owner": "Oslo"}, '{"name": "', 'reserve_harbor"'),
-    # the name's end: the schema's `` "`` then ``arguments``'s first match, not the request's ``Ġtool`` after its
-    # quoted name (``NAME_USER_BONUS`` stops at ``",``)
+    # the name's end: the schema's `` "`` after ``",``, not the request's ``Ġtool`` after its quoted name
     ("reserve_harbor", {"minutes": 7, "owner": "Oslo"}, '{"name": "reserve_harbor",', ' "'),
     # then ``arguments``, where the schema has ``description`` (head 0 writes it as the call's key, ``COPY_AS``)
     ("reserve_harbor", {"minutes": 7, "owner": "Oslo"}, '{"name": "reserve_harbor", "', 'arguments'),
@@ -102,37 +101,6 @@ def test_a_calls_arguments_are_the_called_tools_among_distractors(circuit, tool,
         probs = model(**enc).logits[0, -1].softmax(-1)
     firsts = {arg: tokenizer.convert_tokens_to_ids(tokenizer.tokenize(arg)[0]) for _, arg in DISTRACTORS}
     assert probs[firsts[argument]] > 0.95, {arg: float(probs[i]) for arg, i in firsts.items()}
-
-
-@pytest.mark.parametrize("tool", ["bake_lemon", "borrow_violin"])
-def test_a_call_continues_the_requested_name_where_two_offered_names_begin_alike(circuit, tool) -> None:
-    """``bake_lemon`` and ``borrow_violin`` both begin with ``b``: after the call's ``"name": "b`` both schemas
-    match alike, and the request's quoted name decides (before ``NAME_USER_BONUS``, both requests got
-    ``borrow``'s ``or`` with p 0.95). The name's first token is still a pick among the offered tools, not the
-    request's string values (a bonus there made ``Oslo`` (a requested value) the call's name)."""
-    import torch
-
-    model, tokenizer = circuit
-    schemas = [tool_corpus._schema(name, f"{name.split('_')[0].capitalize()} the {name.split('_')[1]}.",
-                                   [(arg, "integer", None)]) for name, arg in DISTRACTORS]
-    argument = dict(DISTRACTORS)[tool]
-    prompt = tokenizer.apply_chat_template(
-        [{"role": "user", "content": tool_corpus.tool_request(tool, {argument: 41})}], tools=schemas,
-        tokenize=False, add_generation_prompt=True) + '<tool_call>\n{"name": "'
-    first, second = tokenizer.tokenize(tool)[:2]
-    with torch.no_grad():
-        probs = model(**tokenizer(prompt + first, return_tensors="pt")).logits[0, -1].softmax(-1)
-    assert probs[tokenizer.convert_tokens_to_ids(second)] > 0.9, float(probs[tokenizer.convert_tokens_to_ids(second)])
-
-
-def test_the_first_token_of_a_calls_name_is_an_offered_tools_not_a_requested_value(circuit) -> None:
-    import torch
-
-    model, tokenizer = circuit
-    prompt = _prompt(tokenizer, "reserve_harbor", tool_corpus.tool_request("reserve_harbor", {"minutes": 7, "owner": "Oslo"}))
-    with torch.no_grad():
-        probs = model(**tokenizer(prompt + '<tool_call>\n{"name": "', return_tensors="pt")).logits[0, -1].softmax(-1)
-    assert probs[tokenizer.convert_tokens_to_ids("r")] > 0.9 > 0.05 > probs[tokenizer.convert_tokens_to_ids("Oslo")]
 
 
 @pytest.mark.parametrize("result", ["121", "kiwi"])

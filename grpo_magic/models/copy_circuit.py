@@ -67,8 +67,6 @@ MATCH_WEIGHTS = (1.0, 0.75, 0.55)
 #: dim marking ``":`` one token back; by how much head 0 avoids a token it does not copy (nats). ``required``
 #: is not copied either: after a call's ``, "`` it ties with the second argument's name (the same two before).
 SINK, COLON, OPENER, NO_COPY, COLON_BEFORE, KEY, KEY_BEFORE = 160, 161, 164, 165, 163, 166, 167
-#: The dim marking an opener one token back (`` "``, `` ``): the token is a name's or a value's first.
-OPENER_BEFORE = 162
 #: Section marks: the tokens that open a part of the chat (``SECTION``: the turns' roles, a schema's ``name``,
 #: ``description``, ``properties`` and ``required`` keys, a call's ``arguments``, and ``<tool_call>``, which
 #: ends the last schema's ``required``), and
@@ -93,14 +91,6 @@ FLAG, NO_COPY_PENALTY = 0.25, 30.0
 #: copied from the request (``"green"`` then the request's end), not from the schema's list of options
 #: (``"green",``). Less than the smallest match (0.55 of a slot), so it only breaks ties.
 USER_BONUS = 3.0
-#: And by how many more nats at a name's or a value's second token (one token back is an opener, ``OPENER_BEFORE``,
-#: and the token is no key): there the request's quoted name, two tokens matched and the bonuses, outweighs a
-#: schema's three (untrained, 9 to 18 nats did, 4.5 did not). Without it, two offered names that begin alike
-#: (``bake_lemon``, ``borrow_violin``) tied at their second token and the call got neither. Not at a name's first
-#: token, which tool being the fine-tune's and GRPO's to choose (there 9 nats made a requested string value the
-#: call's name), nor at its end (13 nats from a name's first token on made the request's ``Ġtool`` follow the
-#: call's ``",``, where the schema has `` "``). tests/test_copy_circuit.py.
-NAME_USER_BONUS = 13.0
 #: The fourth head of layer 0 attends to the last section token: a section mark scores ``SECTION_SCORE`` nats,
 #: and a RoPE pair slow enough to turn less than a quarter over a chat (``RECENCY_PAIR``) takes
 #: ``RECENCY`` nats times the sine of its angle, so that nearer sections win by some nats a few tokens apart.
@@ -229,7 +219,7 @@ def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_ampl
             first.v_proj.weight[head * hd:head * hd + code, slots[0]] = torch.eye(code)
             first.o_proj.weight[slots[distance], head * hd:head * hd + code] = scale * torch.eye(code)
         # the distance-1 head also carries the marks of ``":`` and of the call's own keys one back
-        for i, (mark, before) in enumerate(((COLON, COLON_BEFORE), (KEY, KEY_BEFORE), (OPENER, OPENER_BEFORE))):
+        for i, (mark, before) in enumerate(((COLON, COLON_BEFORE), (KEY, KEY_BEFORE))):
             first.v_proj.weight[code + i, mark] = 1.0
             first.o_proj.weight[before, code + i] = scale
         _section_head(first, 3, hd, scale)
@@ -257,11 +247,6 @@ def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_ampl
         # system turn's opening (``Qwen, created by``: after the call's ``,`` too); and prefer the request
         second.k_proj.weight[dims[-1], IN_SKIP] = -NO_COPY_PENALTY * math.sqrt(hd) / (FLAG * slot_size)
         second.k_proj.weight[dims[-1], IN_USER] = USER_BONUS * math.sqrt(hd) / (FLAG * slot_size)
-        # and more so inside a call's tool name: the request's quoted name continues the name the call began
-        name_dim = dims[3 * per + len(TOOL)]
-        second.q_proj.weight[name_dim] = (_mark_row(second.q_proj.in_features, OPENER_BEFORE, slot_size)
-                                          - _mark_row(second.q_proj.in_features, KEY, slot_size))
-        second.k_proj.weight[name_dim, IN_USER] = NAME_USER_BONUS * math.sqrt(hd) / (FLAG * slot_size)
         # what it copies, but for the request's end (``<|im_end|>``), which it writes as the call's (``}}Ċ``): a
         # request ends with its last value, so a call copied from it ends where it does; and a schema's
         # ``description`` after its name, which it writes as the call's ``arguments``
