@@ -46,10 +46,10 @@ copies a chain's first result into its second call), frozen, and fine-tunes laye
 chats on two threads; ``sharpen`` then doubles its logits. The circuit alone (untrained) writes the called
 tool's argument among distractors, ends a call where its request ends and copies a result into a second call
 (tests/test_copy_circuit.py). Fine-tuned (bench/RESULTS-agent.md, 2026-12-03 and its second part), right
-calls sampled at temperature 1 with the logits doubled, on the one-integer, two-argument and enum envs (built on
-one thread, whose bits differ from two threads'): seed 0
-1.0 / 0.34 / 0.81 (held-out check: offered with the schema's types 0.52), seed 1 0 / 0.03 / 0.16 (0.28); three
-tools at most 0.06 and chains 0 (the second tool called first) in both. The fine-tuned layers break fixed JSON
+calls sampled at temperature 1 with the logits doubled, on the one-integer, two-argument and enum envs (built
+on one thread, whose bits differ from two threads'): seed 0 1.0 / 0.34 / 0.81 (held-out check: offered with the
+schema's types 0.52), seed 1 0 / 0.03 / 0.16 (0.28); three tools at most 0.06 and chains 0 (the second tool
+called first) in both. The fine-tuned layers break fixed JSON
 tokens the circuit gets right, differently in each seed (seed 1 skips the `` {"`` after ``"arguments":`` in all
 five of its runs), and which tool a request names is theirs to learn. GRPO did not raise the three-tool env's
 share: sharpened, most groups' eight episodes agree. Still not ``tiny-agent``.
