@@ -21,7 +21,8 @@ exactly in dims past the codes (``MARKS``), because two codes overlap by about 0
   Where several schemas match alike (each one's ``"properties": {"``), it prefers the key whose tool bag is
   the query's: the call's arguments are the called tool's, not another offered tool's. What it copies is
   written as is, but for the request's end, which it writes as the call's (``}}`` and a newline): a request
-  ends with its last value, so the call it is copied into ends there too.
+  ends with its last value, so the call it is copied into ends there too; and a schema's ``description``, which
+  follows a tool's name there as ``arguments`` follows it in a call (``COPY_AS``).
 - Layer 2, heads 1 and 2 copy an argument's value from the request (``_value_heads``); head 3 copies the
   latest tool result's first token where a call's value is not in the request (a chain's second call,
   ``_result_head``).
