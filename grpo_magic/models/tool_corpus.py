@@ -50,7 +50,7 @@ calls sampled at temperature 1 with the logits doubled, on the one-integer, two-
 on one thread, whose bits differ from two threads'): seed 0 1.0 / 0.34 / 0.81 (held-out check: offered with the
 schema's types 0.52), seed 1 0 / 0.03 / 0.16 (0.28); three tools at most 0.06 and chains 0 (the second tool
 called first) in both. The fine-tuned layers break fixed JSON tokens the circuit gets right, differently in
-each seed (seed 1 skips the `` {"`` after ``"arguments":`` in all five of its runs), and which tool a request
+each seed (seed 1 skips the `` {"`` after ``"arguments":`` in all seven of its runs), and which tool a request
 names is theirs to learn. GRPO did not raise the three-tool env's share: sharpened, most groups' eight
 episodes agree. Still not ``tiny-agent``.
 """
