@@ -165,3 +165,56 @@ def test_the_frozen_start_trains_only_the_layers_after_the_circuit() -> None:
                for name, p in model.named_parameters() if p.requires_grad}
     assert trained == {"3", "4", "norm"}, trained  # layers 3 and 4 and the final norm; codes and circuit kept
     assert model.config.hidden_size == SIZES["hidden_size"] and model.config.head_dim == SIZES["head_dim"]
+
+
+def _first_name(model, tokenizer, messages, schemas) -> str:
+    """The first token the circuit writes after a call's ``{"name": "``, greedy."""
+    import torch
+
+    prompt = tokenizer.apply_chat_template(messages, tools=schemas, tokenize=False, add_generation_prompt=True)
+    enc = tokenizer(prompt + '<tool_call>\n{"name": "', return_tensors="pt")
+    with torch.no_grad():
+        return tokenizer.convert_ids_to_tokens(int(model(**enc).logits[0, -1].argmax()))
+
+
+NAMED_TOOLS = [("rotate_ladder", "floor"), ("weigh_parcel", "grams"), ("paint_garden", "shade")]
+
+
+@pytest.mark.parametrize("order", [0, 1, 2])
+@pytest.mark.parametrize(("tool", "argument"), NAMED_TOOLS)
+def test_a_calls_name_is_the_tool_its_request_names_among_distractors(circuit, tool, argument, order) -> None:
+    """Three offered tools, in three orders: the call's name begins as the tool the request names in quotes (layer 1
+    flags the request's token that is an offered tool's name, layer 2's head 3 copies it at the name's opener).
+    Before, every call named the last schema's tool."""
+    model, tokenizer = circuit
+    tools = NAMED_TOOLS[order:] + NAMED_TOOLS[:order]
+    schemas = [tool_corpus._schema(name, f"{name.split('_')[0].capitalize()} the {name.split('_')[1]}.",
+                                   [(arg, "integer", None)]) for name, arg in tools]
+    messages = [{"role": "user", "content": tool_corpus.tool_request(tool, {argument: 41})}]
+    assert _first_name(model, tokenizer, messages, schemas) == tokenizer.tokenize(tool)[0]
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_chains_calls_name_its_tools_in_the_requests_order(circuit, reverse) -> None:
+    """``Use "guess_secret" with pet "cat", then "encode_grade" with the result``: the first call names the first
+    tool, the call after its result the second, whichever schema comes first. Before, both named the last one
+    (the second call's name began with the result's first token)."""
+    model, tokenizer = circuit
+    schemas = [tool_corpus._schema("guess_secret", "Guess the secret.", [("pet", "string", None)]),
+               tool_corpus._schema("encode_grade", "Encode the grade.", [("factor", "integer", None)])]
+    schemas = schemas[::-1] if reverse else schemas
+    request = [{"role": "user", "content": tool_corpus.chain_request("guess_secret", {"pet": "cat"}, "encode_grade")}]
+    first = [{"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "guess_secret", "arguments": {"pet": "cat"}}}]},
+             {"role": "tool", "name": "guess_secret", "content": "121"}]
+    assert _first_name(model, tokenizer, request, schemas) == "gues"
+    assert _first_name(model, tokenizer, request + first, schemas) == "en"
+
+
+def test_a_request_that_quotes_no_tool_leaves_the_name_to_the_schemas(circuit) -> None:
+    """Unquoted (``Use the weigh_parcel tool``), no request token is flagged: the name still comes from the one
+    offered schema, not from whatever the request says."""
+    model, tokenizer = circuit
+    schema = tool_corpus._schema("weigh_parcel", "Weigh the parcel.", [("grams", "integer", None)])
+    messages = [{"role": "user", "content": "Use the weigh_parcel tool with grams 41"}]
+    assert _first_name(model, tokenizer, messages, [schema]) == "we"

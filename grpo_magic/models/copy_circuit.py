@@ -25,7 +25,9 @@ exactly in dims past the codes (``MARKS``), because two codes overlap by about 0
   follows a tool's name there as ``arguments`` follows it in a call (``COPY_AS``).
 - Layer 2, heads 1 and 2 copy an argument's value from the request (``_value_heads``); head 3 copies the
   latest tool result's first token where a call's value is not in the request (a chain's second call,
-  ``_result_head``).
+  ``_result_head``), and at a call's ``"name": "`` the first token of the tool the request names
+  (``_name_terms``): the first named before any result, the last after (a chain's two calls). Head 0 alone
+  could not choose: every schema's name follows the same ``"name": "``, and it copied the last one's.
 - Layer 0's fourth head tells every token which section it is in (``_section_head``): a user turn (the
   request, a tool's result), or the system turn's opening or a schema's ``required`` list and what follows it
   (the ``return`` key). Head 0 never copies from the latter (after a call's first value, ``, "`` finds the
@@ -37,7 +39,10 @@ exactly in dims past the codes (``MARKS``), because two codes overlap by about 0
   tokens, JSON left out, in 16 dims of its own (``TOOL``). A schema's argument names carry their tool's bag, a
   call's ``"arguments": {"`` the called tool's; two tools whose names share their first token still differ.
   Layers 0 and 1 cannot find a tool's name by themselves (it comes a variable distance after its ``name``
-  key), hence a layer of its own before the copying.
+  key), hence a layer of its own before the copying. Its head 1 flags (``NAMED``) a request token that follows
+  `` "`` and is, after `` "``, a token of a schema's name span: the first token of a tool the request names in
+  quotes (the request comes after the schemas, so it can look them up). Its head 2 flags every token after a
+  tool's result (``RESULTED``).
 - Layers 3 and 4 and every MLP start with zero output: the circuit is alone in the residual stream until the
   fine-tune grows the rest.
 
@@ -81,6 +86,10 @@ SECTION, USER, SKIP, IN_USER, IN_SKIP = 168, 169, 170, 171, 172
 #: at every token after it: which tool a schema's arguments, or a call's, belong to.
 NAME, IN_NAME = 173, 174
 TOOL = range(176, 192)
+#: Layer 1's flags: a request token that is an offered tool's name (its first token, after the same `` "`` as in the
+#: schema: ``NAMED``), and a token after a tool's result (``RESULTED``). Layer 2's head 3 copies, at a call's
+#: ``"name": "``, the first named tool of the request before any result, the last one after (a chain's two calls).
+NAMED, RESULTED = 162, 175
 MARKS: dict[str, tuple[int, ...]] = {"<|im_start|>": (SINK,), '":': (COLON,), "Ġ<": (NO_COPY,), 'Ġ"': (OPENER,),
                                      **{token: (OPENER, NO_COPY) for token in ("Ġ", "Ġtrue", "Ġfalse")},
                                      "name": (KEY, SECTION, NAME), "arguments": (KEY, SECTION), "description": (SECTION,),
@@ -105,6 +114,15 @@ BAG_COMMON = ("name", '":', 'Ġ"', '",', "_", "Ġ<", ">,")
 #: Layer 2's result head prefers the latest tool result by this many nats times the sine of the distance's angle
 #: in ``RECENCY_PAIR`` (about 0.15 nats a token).
 RESULT_RECENCY = 100.0
+#: At a call's ``"name": "`` the result head scores a named request token ``NAME_SCORE`` nats, its sink
+#: ``NAME_SINK`` nats above a value's (above a tool result, which a name never copies), and the named token's
+#: position ``NAME_ORDER`` nats a token in ``ORDER_PAIR``: the earlier the better before a tool's result (the
+#: request's first named tool), the later after (a chain's second).
+NAME_SCORE, NAME_SINK, NAME_ORDER, ORDER_PAIR = 50.0, 10.0, 0.75, 8
+#: After a result, the named tokens' order counts ``NAME_LATER`` nats a token, the later the better (every named
+#: token is then further back, by the first call and its result, and loses that much against the sink); the gate
+#: of a name's opener (``_name_terms``).
+NAME_LATER, GATE_BIAS, GATE_AT_OPENER = 0.2, 1.5, 1.25
 #: A code's length: the norms make the circuit indifferent to it, but the tied unembedding reads the codes, so
 #: it sets how sharp the next-token distribution can be (at init's 0.6, sampling at temperature 1 was noise;
 #: 2 and 3 did about as well, 3 a little better summed over the three must-show envs, 4 worse on two of them:
@@ -261,6 +279,10 @@ def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_ampl
         tool_rows, tool_cols = torch.tensor(tool_dims)[:, None], torch.tensor(list(TOOL))
         second.q_proj.weight[tool_rows, tool_cols] = tool_amplitude * torch.eye(len(TOOL))
         second.k_proj.weight[tool_rows, tool_cols] = tool_amplitude * torch.eye(len(TOOL))
+        # which offered tool the request names, and whether a result came: the result head's choice of a name
+        _named_head(layers[1].self_attn, 1, hd, embed[:, :code], tokenizer, slots, generator)
+        _resulted_head(layers[1].self_attn, 2, hd, embed[:, :code], tokenizer, slots)
+        _name_terms(second, 3, hd, embed[:, :code], tokenizer, slots)
     return model
 
 
@@ -442,6 +464,107 @@ def _result_head(attention: Any, head: int, codes: Any, tokenizer: Any, slots: l
     code = slots[0].stop
     attention.v_proj.weight[base:base + code, slots[0]] = torch.eye(code) - torch.outer(start, start)
     attention.o_proj.weight[slots[0], base:base + code] = gain * torch.eye(code)
+
+
+def _flag_head(attention: Any, head: int, hd: int) -> tuple[int, float, float]:
+    """Clear layer 1's ``head``; returns its first row, sqrt(head_dim), and a slot's norm after the layer's norm."""
+    base = head * hd
+    for proj in (attention.q_proj, attention.k_proj, attention.v_proj):
+        proj.weight[base:base + hd] = 0
+        proj.bias[base:base + hd] = 0
+    return base, math.sqrt(hd), math.sqrt(attention.q_proj.in_features / 4)
+
+
+def _named_head(attention: Any, head: int, hd: int, codes: Any, tokenizer: Any, slots: list[slice], generator: Any,
+                match: float = 10.0, bonus: float = 12.0, on: float = 24.0, off: float = 60.0) -> None:
+    """Layer 1's ``head``: a request token after `` "`` that is also, after `` "``, a tool-name span's token in a
+    schema (the first token of an offered tool's name) sets ``NAMED``.
+
+    A user-turn query scores a key ``match`` nats for the same token, ``match`` more where both come after
+    `` "`` (one rank of the one-back slot), ``bonus`` more in a name span; its sink scores ``on`` (other queries:
+    ``off``, so they always attend to it), between a named key's score and any key's with one of the three.
+    The schemas come before the request, so the request's tokens can look them up (not the other way round).
+    """
+    base, root, size = _flag_head(attention, head, hd)
+    width = attention.q_proj.in_features
+    free, code = _slow_dims(hd), slots[0].stop
+    a = math.sqrt(match * root) / size  # a slot's match scores ``match`` nats
+    basis = _basis(code, generator)
+    rows = [base + d for d in free[:code]]
+    attention.q_proj.weight[rows, slots[0]] = a * basis
+    attention.k_proj.weight[rows, slots[0]] = a * basis
+    quote = codes[tokenizer.convert_tokens_to_ids('Ġ"')]
+    quote = quote / quote.norm()
+    d_quote, d_name, d_sink = (base + free[code + i] for i in range(3))
+    attention.q_proj.weight[d_quote, slots[1]] = a * quote
+    attention.k_proj.weight[d_quote, slots[1]] = a * quote
+    attention.q_proj.bias[d_name] = 1.0
+    attention.k_proj.weight[d_name] = root * bonus * _mark_row(width, IN_NAME, size)
+    attention.k_proj.weight[d_sink] = root * _mark_row(width, SINK, size)
+    attention.q_proj.bias[d_sink] = off
+    attention.q_proj.weight[d_sink] = -(off - on) * _mark_row(width, IN_USER, size)
+    # the value: the key's ``IN_NAME`` (none at a sink), written as a mark of the embedding's size
+    attention.v_proj.weight[base, IN_NAME] = 1.0
+    attention.o_proj.weight[NAMED, base] = CODE_LENGTH / size
+
+
+def _resulted_head(attention: Any, head: int, hd: int, codes: Any, tokenizer: Any, slots: list[slice],
+                   match: float = 30.0, user: float = 10.0, sink: float = 32.0) -> None:
+    """Layer 1's ``head``: every token after a tool's result (a ``_response`` token in a user turn) sets
+    ``RESULTED``; before any, it attends to ``<|im_start|>`` (``sink`` nats, between a user token's score and a
+    result's) and writes about nothing (the sink's code barely overlaps ``_response``'s)."""
+    base, root, size = _flag_head(attention, head, hd)
+    width = attention.q_proj.in_features
+    free = _slow_dims(hd)
+    want = codes[tokenizer.convert_tokens_to_ids("_response")]
+    want = want / want.norm()
+    d_token, d_user, d_sink = (base + free[i] for i in range(3))
+    for d in (d_token, d_user):
+        attention.q_proj.bias[d] = 1.0
+    attention.k_proj.weight[d_token, slots[0]] = match * root / size * want
+    # (not at a sink: the ``<|im_start|>`` after a user turn is in it)
+    attention.k_proj.weight[d_user] = root * user * (_mark_row(width, IN_USER, size) - _mark_row(width, SINK, size))
+    attention.q_proj.bias[d_sink] = sink
+    attention.k_proj.weight[d_sink] = root * _mark_row(width, SINK, size)
+    attention.v_proj.weight[base, slots[0]] = want  # about a slot's norm at a result's token
+    attention.o_proj.weight[RESULTED, base] = FLAG * CODE_LENGTH / size
+
+
+def _name_terms(attention: Any, head: int, hd: int, codes: Any, tokenizer: Any, slots: list[slice]) -> None:
+    """Layer 2's result head, at a call's ``"name": "``: the request's ``NAMED`` token, the first before any
+    result and the last after, instead of a tool's result (``NAME_SCORE``, ``NAME_SINK``, ``NAME_ORDER``,
+    ``NAME_LATER``). Its value copies that token, the name's first.
+
+    The query's gate ``g`` adds three readings of a name's opener: its trigger (a `` "`` after ``":``), its name
+    span mark (0.75 of a mark, measured) and the ``name`` code two back (codes overlap: 0.4 at a value's opener),
+    less ``GATE_BIAS``: about 1.25 at a name's opener (``GATE_AT_OPENER``), at most 0 elsewhere, where the named
+    keys lose. (The schemas' openers have no request before them to look at.)
+    """
+    import torch
+
+    base, root = head * hd, math.sqrt(hd)
+    width = attention.q_proj.in_features
+    size = math.sqrt(width / len(slots))
+    free = _slow_dims(hd)
+    in_name, named, resulted = (_mark_row(width, d, size) for d in (IN_NAME, NAMED, RESULTED))
+    name = codes[tokenizer.convert_tokens_to_ids("name")]
+    name_two_back = torch.zeros(width)
+    name_two_back[slots[2]] = name / name.norm() / size
+    gate = in_name + name_two_back + (_mark_row(width, COLON_BEFORE, size) + _mark_row(width, OPENER, size)) / 2
+    d_named, d_sink = base + free[3], base + free[2]
+    attention.q_proj.weight[d_named] = gate
+    attention.q_proj.bias[d_named] = -GATE_BIAS
+    attention.k_proj.weight[d_named] = root * NAME_SCORE * named
+    attention.q_proj.weight[d_sink] += NAME_SINK * in_name
+    # the order: q = (0, -b1 g + (b1 GATE_AT_OPENER + b2) RESULTED), k = (NAMED, 0) in ``ORDER_PAIR``; q.k after
+    # RoPE is -q2 k1 sin(distance * freq): for small angles about b1 nats a token further back at a name's opener
+    # before a result, b2 nearer after one; elsewhere q2 >= 0 and the named keys lose more the further back
+    freq = ROPE_THETA ** (-2 * ORDER_PAIR / hd)
+    earlier, later = NAME_ORDER * root / freq, NAME_LATER * root / freq
+    row = base + ORDER_PAIR + hd // 2
+    attention.q_proj.weight[row] = -earlier * gate + (earlier * GATE_AT_OPENER + later) * resulted
+    attention.q_proj.bias[row] = earlier * GATE_BIAS
+    attention.k_proj.weight[base + ORDER_PAIR] = named
 
 
 def fresh_model(seed: int = 0, freeze: bool = False) -> Any:
