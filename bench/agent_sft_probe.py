@@ -6,6 +6,7 @@ remember"), reproducible. Not a product path: nothing here is registered as a mo
     python bench/agent_sft_probe.py sft --steps 800 --full-loss --no-period --circuit 2 --every 200 --save /tmp/model
     python bench/agent_sft_probe.py envs /tmp/model
     python bench/agent_sft_probe.py names            # the untrained circuits; or: names /tmp/model
+    python bench/agent_sft_probe.py recipe --seed 1 --threads 1 --save /tmp/n1
 
 - ``copier``: the 128-wide, 4-layer model (``SIZES``) trained on repeated random token
   sequences of a fixed length (8 noise, 24 random, the same 24 again). It learns to copy from a fixed
@@ -24,6 +25,10 @@ remember"), reproducible. Not a product path: nothing here is registered as a mo
   "2026-12-02 (later)" of bench/RESULTS-agent.md has each run).
 - ``names``: ``name_copies`` (teacher-forced copies of the called name) and ``call_fields`` (teacher-forced,
   each part of the call) of the untrained circuits or of a model.
+- ``recipe``: ``tool_corpus.RECIPE`` built for ``--seed`` on ``--threads`` (its own seed and two threads by
+  default) into ``--save``, then ``env_check`` (quoted, no period), ``chain_check`` and the recipe's held-out
+  ``check``, as JSON (the runs of "2026-12-03 (third part)"); with ``path`` instead of ``--save``, the checks of
+  a model built before.
 - ``envs``: ``env_check`` of a saved model: the first replies to the four single-purpose held-out-name envs of
   tests/agent_cells.py (one integer argument; an integer and a string; a string enum; three tools of which the
   request names one), greedy and sampled at temperature 1 (as ``%grpo_check`` and GRPO sample).
@@ -62,7 +67,7 @@ _ENVS: dict[str, tuple[list[dict[str, Any]], Any]] = {
 
 _QUOTED_REQUESTS = ('Use the "{tool}" tool{args}.', 'Call "{tool}"{args}.', 'Please run "{tool}"{args}.',
                     'Use "{tool}"{args}.')
-_QUOTED_CHAINS = ('Use "{t1}"{args}, then "{t2}" with the result.', 'Call "{t1}"{args} and then "{t2}" on the result.')
+_QUOTED_CHAINS = tool_corpus._CHAINS
 
 
 #: `` with color "red", n 3``: the corpus's own phrasing (strings quoted as in JSON, so that they tokenize as in
@@ -395,6 +400,64 @@ def names(path: str | None) -> None:
                                                               **call_fields(model, tokenizer)}}))
 
 
+def chain_check(model: Any, tokenizer: Any, n: int = 16) -> dict[str, list[float]]:
+    """A two-step request (``guess_secret`` then ``encode_grade`` with its result), ``n`` times, greedy and
+    sampled: [share whose first call is right, share whose two calls are], the first call's result given."""
+    import torch
+
+    schemas = [tool_corpus._schema("guess_secret", "Guess the secret.", [("pet", "string", None)]),
+               tool_corpus._schema("encode_grade", "Encode the grade.", [("factor", "integer", None)])]
+
+    def reply(messages: list[dict[str, Any]], sample: bool, seed: int) -> dict[str, Any] | None:
+        prompt = tokenizer.apply_chat_template(messages, tools=schemas, tokenize=False, add_generation_prompt=True)
+        enc = tokenizer(prompt, return_tensors="pt")
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            ids = model.generate(**enc, max_new_tokens=48, do_sample=sample, temperature=1.0 if sample else None,
+                                 pad_token_id=tokenizer.pad_token_id)
+        return tool_corpus.parse_call(tokenizer.decode(ids[0, enc["input_ids"].shape[1]:], skip_special_tokens=True))
+
+    out = {}
+    for mode in ("greedy", "sampled"):
+        rng, first, both = random.Random(3), 0, 0
+        for i in range(n):
+            pet, result = rng.choice(["cat", "dog", "fish", "bird"]), rng.randint(0, 999)
+            messages = [{"role": "user", "content": tool_corpus.chain_request("guess_secret", {"pet": pet},
+                                                                              "encode_grade")}]
+            call = {"name": "guess_secret", "arguments": {"pet": pet}}
+            if reply(messages, mode == "sampled", i) != call:
+                continue
+            first += 1
+            messages += [{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": call}]},
+                         {"role": "tool", "name": "guess_secret", "content": str(result)}]
+            both += reply(messages, mode == "sampled", i) == {"name": "encode_grade", "arguments": {"factor": result}}
+        out[mode] = [round(first / n, 2), round(both / n, 2)]
+    return out
+
+
+def recipe(seed: int | None, threads: int | None, save: str | None, path: str | None) -> None:
+    """Build ``tool_corpus.RECIPE`` (for another seed or thread count) and print its checks; or check ``path``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    built: dict[str, Any] = {}
+    if path is None:
+        if save is None:
+            raise SystemExit("recipe: give --save (where to build) or a built model's path")
+        start = dataclasses.replace(tool_corpus.RECIPE, check=None,
+                                    seed=tool_corpus.RECIPE.seed if seed is None else seed,
+                                    threads=threads or tool_corpus.RECIPE.threads)
+        info = start.build(pathlib.Path(save))
+        built = {"build_seconds": info["build_seconds"], "loss_curve": info["loss_curve"], "seed": info["seed"],
+                 "threads": info["threads"]}
+        path = save
+    torch.set_num_threads(threads or tool_corpus.RECIPE.build_threads)
+    tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path).eval()
+    quote_requests(period=False)
+    print(json.dumps({**built, "envs": env_check(model, tokenizer), "chain": chain_check(model, tokenizer),
+                      "held_out": tool_corpus.check(model, tokenizer)}))
+
+
 def envs(path: str) -> None:
     """``env_check`` of a saved model, with requests quoted (as the probes' corpus writes them) and not."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -405,7 +468,7 @@ def envs(path: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", choices=("copier", "sft", "envs", "names"))
+    parser.add_argument("part", choices=("copier", "sft", "envs", "names", "recipe"))
     parser.add_argument("path", nargs="?", help="envs, names: a saved model's folder")
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--lr", type=float, default=1e-3)
@@ -423,6 +486,8 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=0, help="sft: env_check every N steps")
     parser.add_argument("--schedule", default="constant_with_warmup", help="sft: the learning-rate schedule")
     parser.add_argument("--save", default=None)
+    parser.add_argument("--seed", type=int, default=None, help="recipe: the build's seed (the recipe's own: 0)")
+    parser.add_argument("--threads", type=int, default=None, help="recipe: torch's threads (the recipe's own: 2)")
     args = parser.parse_args()
     if args.show:
         SHOW.append(True)
@@ -432,6 +497,8 @@ def main() -> None:
         envs(args.path)
     elif args.part == "names":
         names(args.path)
+    elif args.part == "recipe":
+        recipe(args.seed, args.threads, args.save, args.path)
     else:
         sft(args.steps, args.full_loss, args.init, args.save, lr=args.lr, circuit=args.circuit, every=args.every,
             schedule=args.schedule, conversation=args.conversation_loss, period=not args.no_period,

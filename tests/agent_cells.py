@@ -109,7 +109,7 @@ class GuessThenEncode:
         rng = random.Random(3)
         pets = [rng.choice(["cat", "dog", "fish", "bird"]) for _ in range(32)]
         return Dataset.from_dict({"prompt": [[{"role": "user", "content":
-                                               f'Use "guess_secret" with pet "{p}", then "encode_grade" with the result.'}]
+                                               f'Use "encode_grade" on the result of "guess_secret" with pet "{p}"'}]
                                              for p in pets], "pet": pets})
 
     def reset(self, **row):

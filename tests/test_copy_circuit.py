@@ -105,7 +105,7 @@ def test_a_calls_arguments_are_the_called_tools_among_distractors(circuit, tool,
 
 @pytest.mark.parametrize("result", ["121", "kiwi"])
 def test_a_chains_second_call_takes_the_first_calls_result(circuit, result) -> None:
-    """``Use "guess_secret" with pet "cat", then "encode_grade" with the result``: after the first call and its
+    """``Use "encode_grade" on the result of "guess_secret" with pet "cat"``: after the first call and its
     result, the second call's argument is the second tool's, and its value the result (the request has none)."""
     import torch
 
@@ -196,9 +196,12 @@ def test_a_calls_name_is_the_tool_its_request_names_among_distractors(circuit, t
 
 @pytest.mark.parametrize("reverse", [False, True])
 def test_a_chains_calls_name_its_tools_in_the_requests_order(circuit, reverse) -> None:
-    """``Use "guess_secret" with pet "cat", then "encode_grade" with the result``: the first call names the first
-    tool, the call after its result the second, whichever schema comes first. Before, both named the last one
-    (the second call's name began with the result's first token)."""
+    """``Use "encode_grade" on the result of "guess_secret" with pet "cat"``: the first call names the inner tool
+    (the request's last named) and ends where the request does, the call after its result the outer one,
+    whichever schema comes first. Before, both named the last schema's (the second call's name began with the
+    result's first token)."""
+    import torch
+
     model, tokenizer = circuit
     schemas = [tool_corpus._schema("guess_secret", "Guess the secret.", [("pet", "string", None)]),
                tool_corpus._schema("encode_grade", "Encode the grade.", [("factor", "integer", None)])]
@@ -209,6 +212,10 @@ def test_a_chains_calls_name_its_tools_in_the_requests_order(circuit, reverse) -
              {"role": "tool", "name": "guess_secret", "content": "121"}]
     assert _first_name(model, tokenizer, request, schemas) == "gues"
     assert _first_name(model, tokenizer, request + first, schemas) == "en"
+    prompt = tokenizer.apply_chat_template(request, tools=schemas, tokenize=False, add_generation_prompt=True)
+    enc = tokenizer(prompt + '<tool_call>\n{"name": "guess_secret", "arguments": {"pet": "cat"', return_tensors="pt")
+    with torch.no_grad():  # the first call ends where the request does (a request with a "then" went on)
+        assert tokenizer.convert_ids_to_tokens(int(model(**enc).logits[0, -1].argmax())) == "}}Ċ"
 
 
 def test_a_request_that_quotes_no_tool_leaves_the_name_to_the_schemas(circuit) -> None:

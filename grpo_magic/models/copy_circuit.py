@@ -26,7 +26,8 @@ exactly in dims past the codes (``MARKS``), because two codes overlap by about 0
 - Layer 2, heads 1 and 2 copy an argument's value from the request (``_value_heads``); head 3 copies the
   latest tool result's first token where a call's value is not in the request (a chain's second call,
   ``_result_head``), and at a call's ``"name": "`` the first token of the tool the request names
-  (``_name_terms``): the first named before any result, the last after (a chain's two calls). Head 0 alone
+  (``_name_terms``): the last named before any result, the first after (a two-step request names its outer
+  tool first: ``Use "b" on the result of "a" with x 3``). Head 0 alone
   could not choose: every schema's name follows the same ``"name": "``, and it copied the last one's.
 - Layer 0's fourth head tells every token which section it is in (``_section_head``): a user turn (the
   request, a tool's result), or the system turn's opening or a schema's ``required`` list and what follows it
@@ -88,7 +89,7 @@ NAME, IN_NAME = 173, 174
 TOOL = range(176, 192)
 #: Layer 1's flags: a request token that is an offered tool's name (its first token, after the same `` "`` as in the
 #: schema: ``NAMED``), and a token after a tool's result (``RESULTED``). Layer 2's head 3 copies, at a call's
-#: ``"name": "``, the first named tool of the request before any result, the last one after (a chain's two calls).
+#: ``"name": "``, the last named tool of the request before any result, the first one after (a chain's two calls).
 NAMED, RESULTED = 162, 175
 MARKS: dict[str, tuple[int, ...]] = {"<|im_start|>": (SINK,), '":': (COLON,), "Ġ<": (NO_COPY,), 'Ġ"': (OPENER,),
                                      **{token: (OPENER, NO_COPY) for token in ("Ġ", "Ġtrue", "Ġfalse")},
@@ -114,15 +115,15 @@ BAG_COMMON = ("name", '":', 'Ġ"', '",', "_", "Ġ<", ">,")
 #: Layer 2's result head prefers the latest tool result by this many nats times the sine of the distance's angle
 #: in ``RECENCY_PAIR`` (about 0.15 nats a token).
 RESULT_RECENCY = 100.0
-#: At a call's ``"name": "`` the result head scores a named request token ``NAME_SCORE`` nats, its sink
-#: ``NAME_SINK`` nats above a value's (above a tool result, which a name never copies), and the named token's
-#: position ``NAME_ORDER`` nats a token in ``ORDER_PAIR``: the earlier the better before a tool's result (the
-#: request's first named tool), the later after (a chain's second).
-NAME_SCORE, NAME_SINK, NAME_ORDER, ORDER_PAIR = 50.0, 10.0, 0.75, 8
-#: After a result, the named tokens' order counts ``NAME_LATER`` nats a token, the later the better (every named
-#: token is then further back, by the first call and its result, and loses that much against the sink); the gate
-#: of a name's opener (``_name_terms``).
-NAME_LATER, GATE_BIAS, GATE_AT_OPENER = 0.2, 1.5, 1.25
+#: At a call's ``"name": "`` the result head scores a named request token ``NAME_SCORE`` nats (and that much less
+#: elsewhere, where it must never win: up to ``NAME_FARTHER / freq`` nats, about 140, come from the order term),
+#: its sink ``NAME_SINK`` nats above a value's (above a tool result, which a name never copies), and the named
+#: token's position in ``ORDER_PAIR``: ``NAME_NEARER`` nats a token the nearer the better before any result (a
+#: two-step request names its outer tool first, ``Use "b" on the result of "a" with x 3``: ``a`` is called first and
+#: the call ends where the request does), ``NAME_FARTHER`` the further the better after one (then ``b``).
+NAME_SCORE, NAME_SINK, NAME_NEARER, NAME_FARTHER, ORDER_PAIR = 200.0, 10.0, 0.6, 0.45, 8
+#: What the name-span mark reads at layer 2 (a share of a mark, measured: its ``name`` key's other marks shrink it).
+IN_NAME_READING = 0.75
 #: A code's length: the norms make the circuit indifferent to it, but the tied unembedding reads the codes, so
 #: it sets how sharp the next-token distribution can be (at init's 0.6, sampling at temperature 1 was noise;
 #: 2 and 3 did about as well, 3 a little better summed over the three must-show envs, 4 worse on two of them:
@@ -282,7 +283,7 @@ def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_ampl
         # which offered tool the request names, and whether a result came: the result head's choice of a name
         _named_head(layers[1].self_attn, 1, hd, embed[:, :code], tokenizer, slots, generator)
         _resulted_head(layers[1].self_attn, 2, hd, embed[:, :code], tokenizer, slots)
-        _name_terms(second, 3, hd, embed[:, :code], tokenizer, slots)
+        _name_terms(second, 3, hd, slots)
     return model
 
 
@@ -476,13 +477,15 @@ def _flag_head(attention: Any, head: int, hd: int) -> tuple[int, float, float]:
 
 
 def _named_head(attention: Any, head: int, hd: int, codes: Any, tokenizer: Any, slots: list[slice], generator: Any,
-                match: float = 10.0, bonus: float = 12.0, on: float = 24.0, off: float = 60.0) -> None:
+                match: float = 15.0, quoted: float = 15.0, bonus: float = 18.0, on: float = 36.0,
+                off: float = 80.0) -> None:
     """Layer 1's ``head``: a request token after `` "`` that is also, after `` "``, a tool-name span's token in a
     schema (the first token of an offered tool's name) sets ``NAMED``.
 
-    A user-turn query scores a key ``match`` nats for the same token, ``match`` more where both come after
+    A user-turn query scores a key ``match`` nats for the same token, ``quoted`` more where both come after
     `` "`` (one rank of the one-back slot), ``bonus`` more in a name span; its sink scores ``on`` (other queries:
-    ``off``, so they always attend to it), between a named key's score and any key's with one of the three.
+    ``off``, so they always attend to it), 5 nats below a key with all three and above any with two (the same
+    token elsewhere in a name; a quoted value that is also a schema's string).
     The schemas come before the request, so the request's tokens can look them up (not the other way round).
     """
     base, root, size = _flag_head(attention, head, hd)
@@ -496,8 +499,9 @@ def _named_head(attention: Any, head: int, hd: int, codes: Any, tokenizer: Any, 
     quote = codes[tokenizer.convert_tokens_to_ids('Ġ"')]
     quote = quote / quote.norm()
     d_quote, d_name, d_sink = (base + free[code + i] for i in range(3))
-    attention.q_proj.weight[d_quote, slots[1]] = a * quote
-    attention.k_proj.weight[d_quote, slots[1]] = a * quote
+    b = math.sqrt(quoted * root) / size
+    attention.q_proj.weight[d_quote, slots[1]] = b * quote
+    attention.k_proj.weight[d_quote, slots[1]] = b * quote
     attention.q_proj.bias[d_name] = 1.0
     attention.k_proj.weight[d_name] = root * bonus * _mark_row(width, IN_NAME, size)
     attention.k_proj.weight[d_sink] = root * _mark_row(width, SINK, size)
@@ -530,40 +534,34 @@ def _resulted_head(attention: Any, head: int, hd: int, codes: Any, tokenizer: An
     attention.o_proj.weight[RESULTED, base] = FLAG * CODE_LENGTH / size
 
 
-def _name_terms(attention: Any, head: int, hd: int, codes: Any, tokenizer: Any, slots: list[slice]) -> None:
-    """Layer 2's result head, at a call's ``"name": "``: the request's ``NAMED`` token, the first before any
-    result and the last after, instead of a tool's result (``NAME_SCORE``, ``NAME_SINK``, ``NAME_ORDER``,
-    ``NAME_LATER``). Its value copies that token, the name's first.
+def _name_terms(attention: Any, head: int, hd: int, slots: list[slice]) -> None:
+    """Layer 2's result head, at a call's ``"name": "``: the request's ``NAMED`` token, the nearest before any
+    result and the furthest after, instead of a tool's result (``NAME_SCORE``, ``NAME_SINK``, ``NAME_NEARER``,
+    ``NAME_FARTHER``). Its value copies that token, the name's first.
 
-    The query's gate ``g`` adds three readings of a name's opener: its trigger (a `` "`` after ``":``), its name
-    span mark (0.75 of a mark, measured) and the ``name`` code two back (codes overlap: 0.4 at a value's opener),
-    less ``GATE_BIAS``: about 1.25 at a name's opener (``GATE_AT_OPENER``), at most 0 elsewhere, where the named
-    keys lose. (The schemas' openers have no request before them to look at.)
+    The query's gate ``g`` is twice its name-span mark plus its trigger (a `` "`` after ``":``) less 1.5: 1 at a
+    name's opener, at most -1 elsewhere (a value's opener, the rest of a name), where the named keys lose. (The
+    schemas' openers have no request before them to look at.)
     """
-    import torch
-
     base, root = head * hd, math.sqrt(hd)
     width = attention.q_proj.in_features
     size = math.sqrt(width / len(slots))
     free = _slow_dims(hd)
     in_name, named, resulted = (_mark_row(width, d, size) for d in (IN_NAME, NAMED, RESULTED))
-    name = codes[tokenizer.convert_tokens_to_ids("name")]
-    name_two_back = torch.zeros(width)
-    name_two_back[slots[2]] = name / name.norm() / size
-    gate = in_name + name_two_back + (_mark_row(width, COLON_BEFORE, size) + _mark_row(width, OPENER, size)) / 2
+    opener = in_name / IN_NAME_READING + (_mark_row(width, COLON_BEFORE, size) + _mark_row(width, OPENER, size)) / 2
     d_named, d_sink = base + free[3], base + free[2]
-    attention.q_proj.weight[d_named] = gate
-    attention.q_proj.bias[d_named] = -GATE_BIAS
+    attention.q_proj.weight[d_named] = 2 * opener
+    attention.q_proj.bias[d_named] = -3.0
     attention.k_proj.weight[d_named] = root * NAME_SCORE * named
-    attention.q_proj.weight[d_sink] += NAME_SINK * in_name
-    # the order: q = (0, -b1 g + (b1 GATE_AT_OPENER + b2) RESULTED), k = (NAMED, 0) in ``ORDER_PAIR``; q.k after
-    # RoPE is -q2 k1 sin(distance * freq): for small angles about b1 nats a token further back at a name's opener
-    # before a result, b2 nearer after one; elsewhere q2 >= 0 and the named keys lose more the further back
+    attention.q_proj.weight[d_sink] += NAME_SINK * in_name / IN_NAME_READING
+    # the order: q = (0, b1 - (b1 + b2) RESULTED), k = (NAMED, 0) in ``ORDER_PAIR``; q.k after RoPE is
+    # -q2 k1 sin(distance * freq): for small angles b1 nats a token nearer is better before a result, b2 further
+    # after one (everywhere: the gate above keeps the named keys out elsewhere)
     freq = ROPE_THETA ** (-2 * ORDER_PAIR / hd)
-    earlier, later = NAME_ORDER * root / freq, NAME_LATER * root / freq
+    nearer, farther = NAME_NEARER * root / freq, NAME_FARTHER * root / freq
     row = base + ORDER_PAIR + hd // 2
-    attention.q_proj.weight[row] = -earlier * gate + (earlier * GATE_AT_OPENER + later) * resulted
-    attention.q_proj.bias[row] = earlier * GATE_BIAS
+    attention.q_proj.weight[row] = -(nearer + farther) * resulted
+    attention.q_proj.bias[row] = nearer
     attention.k_proj.weight[base + ORDER_PAIR] = named
 
 

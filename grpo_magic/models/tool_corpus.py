@@ -18,8 +18,8 @@ request* rather than remember tools:
   typed, documented method (a test compares); each value is in the request and copied into the call;
 - shares of chats needing two calls in a row (the second tool takes the first one's result), needing none
   (answered directly), and v1's weather and time questions; then the tool's result and a one-line answer;
-- a noisy teacher: a distractor called in ``WRONG_TOOL_SHARE`` of the chats that have one, and an answer
-  after the first call in ``EARLY_STOP_SHARE`` of the two-call chats, to leave GRPO which tool and when to stop.
+- a teacher that answers after the first call in ``EARLY_STOP_SHARE`` of the two-call chats, to leave GRPO when
+  to stop (it can also call a distractor in ``WRONG_TOOL_SHARE`` of the chats that have one: 0, see below).
 
 ``check`` measures a model on held-out-name chats (first reply, greedy and sampled): calls that parse, to
 an offered tool with arguments of its types, to the right tool with the right arguments.
@@ -41,18 +41,17 @@ tools and arguments right but invents the values, which the requests spell diffe
 
 ``RECIPE`` now starts from ``copy_circuit`` (a three-token match that finds the first token of a tool's
 and an argument's name, two heads that copy a value from the request, a head that marks user turns and the
-parts not to copy from, a layer of tool bags so that a call's arguments are the called tool's, and a head that
-copies a chain's first result into its second call), frozen, and fine-tunes layers 3 and 4 for 300 steps of 8
-chats on two threads; ``sharpen`` then doubles its logits. The circuit alone (untrained) writes the called
-tool's argument among distractors, ends a call where its request ends and copies a result into a second call
-(tests/test_copy_circuit.py). Fine-tuned (bench/RESULTS-agent.md, 2026-12-03 and its second part), right
-calls sampled at temperature 1 with the logits doubled, on the one-integer, two-argument and enum envs (built
-on one thread, whose bits differ from two threads'): seed 0 1.0 / 0.34 / 0.81 (held-out check: offered with the
-schema's types 0.52), seed 1 0 / 0.03 / 0.16 (0.28); three tools at most 0.06 and chains 0 (the second tool
-called first) in both. The fine-tuned layers break fixed JSON tokens the circuit gets right, differently in
-each seed (seed 1 skips the `` {"`` after ``"arguments":`` in all seven of its runs), and which tool a request
-names is theirs to learn. GRPO did not raise the three-tool env's share: sharpened, most groups' eight
-episodes agree. Still not ``tiny-agent``.
+parts not to copy from, a layer of tool bags so that a call's arguments are the called tool's, a head that
+copies a chain's first result into its second call, and one that starts a call's name with the tool the request
+names), frozen, and fine-tunes layers 3 and 4 for 300 steps of 8 chats on two threads, the learning rate
+decaying from 2e-3 to 0; ``sharpen`` then doubles its logits. The teacher is clean: the distractor it used to
+call in 30% of the chats with one (``WRONG_TOOL_SHARE``) took values from nowhere, and the fine-tunes learned to
+end calls where the request did not. Measured (bench/RESULTS-agent.md, 2026-12-03, third part), right calls
+sampled at temperature 1 with the logits doubled, on the one-integer, two-argument, enum and three-tool envs:
+seed 0 1.0 / 0.56 / 0.97 / 0.28 (held-out check: offered with the schema's types 0.54, right 0.44), seed 1
+0.75 / 0.53 / 0.47 / 0.59 (0.54, 0.47). Still not ``tiny-agent``: a chain's first call goes on after its
+arguments (the request's ``,`` before ``then``), two offered names that begin alike tie at their second
+token (``bake_lemon``, ``borrow_violin``), and GRPO at temperature 1 gets groups whose eight episodes agree.
 """
 
 from __future__ import annotations
@@ -129,7 +128,7 @@ ARG_COUNTS = (0, 1, 1, 2)
 # integer's end from a number's decimal point).
 _TOOL_REQUESTS = ('Use the "{tool}" tool{args}', 'Call "{tool}"{args}', 'Please run "{tool}"{args}',
                   'Use "{tool}"{args}')
-_CHAINS = ('Use "{t1}"{args}, then "{t2}" with the result.', 'Call "{t1}"{args} and then "{t2}" on the result.')
+_CHAINS = ('Use "{t2}" on the result of "{t1}"{args}', 'Call "{t2}" with what "{t1}" returns{args}')
 _ANSWERS = ("The result is {r}.", "Done: {r}.", "It is {r}.")
 _DIRECT = (("Hello!", "Hello! How can I help?"), ("Hi there.", "Hi! How can I help?"),
            ("Thank you.", "You are welcome."), ("Say {w}.", "{w}."), ("Repeat the word {w}.", "{w}."),
@@ -317,7 +316,7 @@ def tool_request(tool: str, arguments: dict[str, Any]) -> str:
 
 def chain_request(first: str, arguments: dict[str, Any], second: str) -> str:
     """A two-call request in the corpus's phrasing: the second tool takes the first one's result."""
-    return f'Use "{first}"{_phrase(arguments)}, then "{second}" with the result.'
+    return f'Use "{second}" on the result of "{first}"{_phrase(arguments)}'
 
 
 def held_out_chats(seed: int, size: int) -> list[Example]:
