@@ -2,6 +2,7 @@
 
     python bench/agent_cpu.py --only check                 # tiny-agent on the held-out-name envs
     python bench/agent_cpu.py --only build                 # the general tool-caller recipe, built twice
+    python bench/agent_cpu.py --only rise --model /tmp/model   # GRPO on the three-tool env from a built model
     python bench/agent_cpu.py --save bench/results-agent.json
 
 - check: ``%grpo_check`` (``--model``, default tiny-agent) on the ``%%grpo_env`` cells of
@@ -12,6 +13,10 @@
 - build: the recipe of ``models/tool_corpus.py`` (a general tool caller, not registered as a model) built
   in two fresh processes (``GRPO_MAGIC_CACHE`` a new temporary folder each), wall and CPU seconds of each,
   timed from outside, whether the two ``model.safetensors`` are the same bytes, and its ``check``.
+- rise: GRPO (``train``, 16 steps of 32 episodes, 8 a prompt, lr 3e-4, no KL, temperature ``--temperature``)
+  from ``--model`` on tests/agent_cells.py's ``BakeRotateBorrow`` (three tools offered, the request names one),
+  a quarter of its prompts held out (``eval_split``): ``evaluate``'s greedy mean score on them before and after
+  (1 for the right call, 0.2 for another), the share of training episodes that scored 1 per step, and seconds.
 
 Each part runs in a fresh subprocess. Benchmarks are scripts, never timed test assertions.
 """
@@ -108,6 +113,30 @@ def worker_check(args: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def worker_rise(args: dict[str, Any]) -> dict[str, Any]:
+    from grpo_magic import GRPOParams, evaluate, train
+    from tests.agent_cells import CELLS
+
+    namespace: dict[str, Any] = {}
+    exec(CELLS["BakeRotateBorrow"], namespace)  # noqa: S102 - the test suite's own env cell
+    env = namespace["BakeRotateBorrow"]()
+    params = GRPOParams(model=args["model"], max_steps=16, batch_size=32, rl_num_generations=8, rl_max_new_tokens=48,
+                        lr=3e-4, rl_kl_coef=0.0, rl_temperature=args["temperature"], seed=args["seed"],
+                        eval_split=0.25, project_name=tempfile.mkdtemp(prefix="bench-agent-rise-"))
+    before = evaluate(env, args["model"], eval_split=0.25, seed=args["seed"], greedy_only=True, rl_max_new_tokens=48)
+    started = time.perf_counter()
+    run = train(params, env, display=False)
+    seconds = time.perf_counter() - started
+    after = evaluate(env, run.output_dir, greedy_only=True, baseline=None)
+    by_step: dict[int, list[bool]] = {}
+    for group in run.groups:
+        by_step.setdefault(group["step"], []).extend(s == 1.0 for s in group["scores"] if s is not None)
+    return {"status": run.status, "temperature": args["temperature"], "seed": args["seed"],
+            "train_seconds": round(seconds, 1), "held_out_prompts": before.summary["prompts"],
+            "greedy_before": before.summary["greedy_mean"], "greedy_after": after.summary["greedy_mean"],
+            "right_share_by_step": [round(sum(v) / len(v), 3) for _, v in sorted(by_step.items())]}
+
+
 # ---------------------------------------------------------------- driver
 
 
@@ -115,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="check,build")
     parser.add_argument("--model", default="tiny-agent", help="the model of the check")
+    parser.add_argument("--temperature", type=float, default=1.5, help="rise: GRPO's sampling temperature")
+    parser.add_argument("--seed", type=int, default=1, help="rise: GRPO's seed")
     parser.add_argument("--save", default=None)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--worker-args", default="{}", help=argparse.SUPPRESS)
@@ -134,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     if "check" in parts:
         results["check"] = {"model": args.model, **_worker("check", {"model": args.model})}
         print("check:", json.dumps(results["check"]), flush=True)
+    if "rise" in parts:
+        results["rise"] = {"model": args.model, **_worker("rise", {"model": args.model, "seed": args.seed,
+                                                                   "temperature": args.temperature})}
+        print("rise:", json.dumps(results["rise"]), flush=True)
     if args.save:
         Path(args.save).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     return 0

@@ -46,12 +46,14 @@ copies a chain's first result into its second call, and one that starts a call's
 names), frozen, and fine-tunes layers 3 and 4 for 300 steps of 8 chats on two threads, the learning rate
 decaying from 2e-3 to 0; ``sharpen`` then doubles its logits. The teacher is clean: the distractor it used to
 call in 30% of the chats with one (``WRONG_TOOL_SHARE``) took values from nowhere, and the fine-tunes learned to
-end calls where the request did not. Measured (bench/RESULTS-agent.md, 2026-12-03, third part), right calls
-sampled at temperature 1 with the logits doubled, on the one-integer, two-argument, enum and three-tool envs:
-seed 0 1.0 / 0.56 / 0.97 / 0.28 (held-out check: offered with the schema's types 0.54, right 0.44), seed 1
-0.75 / 0.53 / 0.47 / 0.59 (0.54, 0.47). Still not ``tiny-agent``: a chain's first call goes on after its
-arguments (the request's ``,`` before ``then``), two offered names that begin alike tie at their second
-token (``bake_lemon``, ``borrow_violin``), and GRPO at temperature 1 gets groups whose eight episodes agree.
+end calls where the request did not. A two-step request names the outer tool first (``Use "b" on the result of
+"a" with x 3``), so that the first call's values end the request and the circuit ends the call there. Measured
+(bench/RESULTS-agent.md, 2026-12-03, third part), right calls sampled at temperature 1 with the logits doubled,
+on the one-integer, two-argument, enum and three-tool envs: seed 0 1.0 / 0.78 / 1.0 / 0.25 (held-out check:
+offered with the schema's types 0.64, right 0.56; the two-step env's first call right 1.0), seed 1 0.97 / 0.59 /
+0.47 / 0.59 (0.61, 0.52; 0.75). Still not ``tiny-agent``: after a chain's first result the model answers instead
+of calling the second tool, two offered names that begin alike tie at their second token (``bake_lemon``,
+``borrow_violin``), and GRPO at temperature 1 gets groups whose eight episodes agree.
 """
 
 from __future__ import annotations
