@@ -242,7 +242,7 @@ def check_env(
 
             episodes = run_agent_episodes(params, prepared, lm, tokenizer, reward, rows)
             generated = _Generated(episodes.texts, [], episodes.truncated)
-            outcomes, agent = episodes.outcomes, agent_stats(episodes.transcripts)
+            outcomes, agent = episodes.outcomes, agent_stats(episodes.transcripts, prepared.agent.tool_names)
             generated_at = scored_at = time.perf_counter()
             degenerate_outcomes = degenerate_episodes(prepared, reward, rows, degenerate_texts)
         else:

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from .agent import not_offered_calls, unparsed_calls
+from .agent import not_offered_calls, tool_calls_of, unparsed_calls
 from .errors import GRPOMagicError
 from .params import GRPOParams
 from .reward import EnvReward
@@ -102,24 +102,27 @@ def degenerate_episodes(prepared: Any, reward: EnvReward, rows: list[dict[str, A
     return list(record.outcomes)
 
 
-def agent_stats(transcripts: list[list[dict[str, Any]]]) -> dict[str, Any]:
+def agent_stats(transcripts: list[list[dict[str, Any]]], offered: list[str] | None = None) -> dict[str, Any]:
     """Tool use of the sampled episodes: who called a tool, how many calls failed, how many turns.
 
     And what the episodes that called no offered tool did instead (``offered_call_share`` is the
     share that did): called tools not offered (``not_offered_calls``, by name in ``not_offered_names``,
     with TRL's answer in ``not_offered_error``), wrote a call that did not parse (``unparsed_calls``),
-    or wrote text only (``text_only``).
+    or wrote text only (``text_only``). An episode called an offered tool when one answered it, or when
+    it called one of ``offered`` by name and the completion budget ended the episode before TRL ran it.
     """
     episodes = len(transcripts) or 1
     calls = [sum(len(t.get("tool_calls") or []) for t in turns) for turns in transcripts]
     failures = sum(1 for turns in transcripts for t in turns if t.get("role") == "tool" and t.get("error"))
     turns = [sum(1 for t in ts if t.get("role") == "assistant") for ts in transcripts]
     missing = [not_offered_calls(ts) for ts in transcripts]
-    offered = [sum(1 for t in ts if t.get("role") == "tool" and not t.get("not_offered")) for ts in transcripts]
+    names = set(offered or ())
+    offered_calls = [sum(1 for t in ts if t.get("role") == "tool" and not t.get("not_offered"))
+                     + sum(1 for c in tool_calls_of(ts) if c["name"] in names) for ts in transcripts]
     unparsed = [unparsed_calls(ts) for ts in transcripts]
     errors = [t["content"] for ts in transcripts for t in ts if t.get("role") == "tool" and t.get("not_offered")]
     return {
-        "offered_call_share": sum(1 for n in offered if n) / episodes,
+        "offered_call_share": sum(1 for n in offered_calls if n) / episodes,
         "not_offered_calls": float(sum(len(m) for m in missing)),
         "not_offered_names": dict(Counter(n for m in missing for n in m).most_common()),
         "not_offered_error": errors[0] if errors else "",

@@ -188,3 +188,8 @@ def test_the_account_of_episodes_without_an_offered_call_from_their_transcripts(
                      [ToolCall("add", {"a": 1, "b": 2})], offered=["add"])
     assert "not_offered" not in ran[1] and why_no_tool_call(agent_stats([ran, *episodes]), ["add"]) is None
     assert "not offered" not in transcript_html(ran)
+    # a call to an offered tool whose result the completion budget cut off (TRL never ran it) is still a call to an
+    # offered tool: the check said "none wrote anything" of 32 right two-argument calls with 64 new tokens
+    cut = transcript([call("add", a=1, b=2)], [], offered=["add"])
+    assert agent_stats([cut], ["add"])["offered_call_share"] == 1.0
+    assert why_no_tool_call(agent_stats([cut, *episodes], ["add"]), ["add"]) is None
