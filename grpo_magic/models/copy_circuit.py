@@ -430,7 +430,7 @@ def _value_heads(attention: Any, codes: Any, tokenizer: Any, slots: list[slice],
 def _result_head(attention: Any, head: int, codes: Any, tokenizer: Any, slots: list[slice], hd: int, gain: float,
                  match: float = 10.0, margin: float = 16.0) -> None:
     """Layer 2's ``head``: a call's argument whose value is the latest tool result (a chain's second call:
-    ``Use "a" with x 3, then "b" with the result``) copies the result's first token.
+    ``Use "b" on the result of "a" with x 3``) copies the result's first token.
 
     Its trigger is head 2's (a value's opener after an argument's ``":``); its key, the token after
     ``_response >Ċ`` (the first token of a ``<tool_response>``), two fixed codes one and two back, the latest one

@@ -130,6 +130,8 @@ ARG_COUNTS = (0, 1, 1, 2)
 # integer's end from a number's decimal point).
 _TOOL_REQUESTS = ('Use the "{tool}" tool{args}', 'Call "{tool}"{args}', 'Please run "{tool}"{args}',
                   'Use "{tool}"{args}')
+# A two-step request names the outer tool first and ends with the inner one's values, so that its first call ends
+# where the request does (the copy circuit calls the last named tool first, then the first).
 _CHAINS = ('Use "{t2}" on the result of "{t1}"{args}', 'Call "{t2}" with what "{t1}" returns{args}')
 _ANSWERS = ("The result is {r}.", "Done: {r}.", "It is {r}.")
 _DIRECT = (("Hello!", "Hello! How can I help?"), ("Hi there.", "Hi! How can I help?"),
