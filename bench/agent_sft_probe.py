@@ -67,7 +67,6 @@ _ENVS: dict[str, tuple[list[dict[str, Any]], Any]] = {
 
 _QUOTED_REQUESTS = ('Use the "{tool}" tool{args}.', 'Call "{tool}"{args}.', 'Please run "{tool}"{args}.',
                     'Use "{tool}"{args}.')
-_QUOTED_CHAINS = tool_corpus._CHAINS
 
 
 #: `` with color "red", n 3``: the corpus's own phrasing (strings quoted as in JSON, so that they tokenize as in
@@ -101,7 +100,6 @@ def quote_requests(period: bool = True, json_args: bool = False) -> None:
     _END[0] = "." if period else ""
     _PHRASE[0] = _json_phrase if json_args else _quoted_phrase
     tool_corpus._TOOL_REQUESTS = tuple(t.rstrip(".") + _END[0] for t in _QUOTED_REQUESTS)
-    tool_corpus._CHAINS = _QUOTED_CHAINS
     tool_corpus._phrase = _PHRASE[0]
 
 

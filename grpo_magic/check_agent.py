@@ -117,12 +117,12 @@ def agent_stats(transcripts: list[list[dict[str, Any]]], offered: list[str] | No
     turns = [sum(1 for t in ts if t.get("role") == "assistant") for ts in transcripts]
     missing = [not_offered_calls(ts) for ts in transcripts]
     names = set(offered or ())
-    offered_calls = [sum(1 for t in ts if t.get("role") == "tool" and not t.get("not_offered"))
-                     + sum(1 for c in tool_calls_of(ts) if c["name"] in names) for ts in transcripts]
+    called_offered = [any(t.get("role") == "tool" and not t.get("not_offered") for t in ts)
+                      or any(c["name"] in names for c in tool_calls_of(ts)) for ts in transcripts]
     unparsed = [unparsed_calls(ts) for ts in transcripts]
     errors = [t["content"] for ts in transcripts for t in ts if t.get("role") == "tool" and t.get("not_offered")]
     return {
-        "offered_call_share": sum(1 for n in offered_calls if n) / episodes,
+        "offered_call_share": sum(called_offered) / episodes,
         "not_offered_calls": float(sum(len(m) for m in missing)),
         "not_offered_names": dict(Counter(n for m in missing for n in m).most_common()),
         "not_offered_error": errors[0] if errors else "",

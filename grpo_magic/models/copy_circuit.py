@@ -170,12 +170,18 @@ def distance_head(attention: Any, head: int, hd: int, distance: int, pairs: rang
         query[i] = amplitude
         key[i] = amplitude * math.cos(distance * freqs[i])
         key[i + half] = amplitude * math.sin(distance * freqs[i])
+    rows = _clear_head(attention, head, hd)
+    attention.q_proj.bias[rows] = query.float()
+    attention.k_proj.bias[rows] = key.float()
+
+
+def _clear_head(attention: Any, head: int, hd: int) -> slice:
+    """Zero ``head``'s query, key and value rows (weights and biases), for a head set by hand; returns the rows."""
     rows = slice(head * hd, (head + 1) * hd)
     for proj in (attention.q_proj, attention.k_proj, attention.v_proj):
         proj.weight[rows] = 0
         proj.bias[rows] = 0
-    attention.q_proj.bias[rows] = query.float()
-    attention.k_proj.bias[rows] = key.float()
+    return rows
 
 
 def _slow_dims(hd: int) -> list[int]:
@@ -244,9 +250,7 @@ def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_ampl
             first.o_proj.weight[before, code + i] = scale
         _section_head(first, 3, hd, scale)
         second = layers[2].self_attn
-        for proj in (second.q_proj, second.k_proj, second.v_proj):
-            proj.weight[:hd] = 0
-            proj.bias[:hd] = 0
+        _clear_head(second, 0, hd)
         dims = _slow_dims(hd)
         per = (len(dims) - 1 - len(TOOL)) // 3  # then the tool bags' dims; the last slow dim: the penalty below
         # the call's ``arguments`` read as the schema's ``properties``
@@ -318,10 +322,7 @@ def _section_head(attention: Any, head: int, hd: int, scale: float) -> None:
     ``SECTION_SCORE``; in the RoPE pair ``RECENCY_PAIR`` the query is a quarter turn ahead of the key, so the
     score is ``-RECENCY * sin(angle of the distance)``, lower the further back (to about 1,000 tokens).
     """
-    rows = slice(head * hd, (head + 1) * hd)
-    for proj in (attention.q_proj, attention.k_proj, attention.v_proj):
-        proj.weight[rows] = 0
-        proj.bias[rows] = 0
+    _clear_head(attention, head, hd)
     base, root = head * hd, math.sqrt(hd)
     _recency(attention, base, hd, RECENCY)
     # the section mark, after layer 0's norm: about FLAG * CODE_LENGTH * sqrt(hidden) / CODE_LENGTH
@@ -342,10 +343,7 @@ def _bag_head(attention: Any, head: int, hd: int, codes: Any, tokenizer: Any, ge
     first span it attends to ``<|im_start|>`` (``margin`` nats below a span's score) and writes nothing."""
     import torch
 
-    rows = slice(head * hd, (head + 1) * hd)
-    for proj in (attention.q_proj, attention.k_proj, attention.v_proj):
-        proj.weight[rows] = 0
-        proj.bias[rows] = 0
+    _clear_head(attention, head, hd)
     base, root = head * hd, math.sqrt(hd)
     size = math.sqrt(attention.q_proj.in_features / 4)  # a slot's norm after the norm; a mark is FLAG of it
     _recency(attention, base, hd, BAG_RECENCY)
@@ -404,9 +402,7 @@ def _value_heads(attention: Any, codes: Any, tokenizer: Any, slots: list[slice],
     for head, (reads, trigger) in ((1, (((1, 1), (2, 2)), colon - key_before)),
                                    (2, (((0, 1), (2, 2)), (colon_before + openers) / 2))):
         base = head * hd
-        for proj in (attention.q_proj, attention.k_proj, attention.v_proj):
-            proj.weight[base:base + hd] = 0
-            proj.bias[base:base + hd] = 0
+        _clear_head(attention, head, hd)
         for group, (query, key) in enumerate(reads):
             basis = _basis(code, generator)
             rows = [base + d for d in free[group * code:(group + 1) * code]]
@@ -441,9 +437,7 @@ def _result_head(attention: Any, head: int, codes: Any, tokenizer: Any, slots: l
 
     size, root = math.sqrt(attention.q_proj.in_features / len(slots)), math.sqrt(hd)
     base = head * hd
-    for proj in (attention.q_proj, attention.k_proj, attention.v_proj):
-        proj.weight[base:base + hd] = 0
-        proj.bias[base:base + hd] = 0
+    _clear_head(attention, head, hd)
 
     def mark(dim: int) -> Any:
         return _mark_row(attention.q_proj.in_features, dim, size)
@@ -467,15 +461,6 @@ def _result_head(attention: Any, head: int, codes: Any, tokenizer: Any, slots: l
     attention.o_proj.weight[slots[0], base:base + code] = gain * torch.eye(code)
 
 
-def _flag_head(attention: Any, head: int, hd: int) -> tuple[int, float, float]:
-    """Clear layer 1's ``head``; returns its first row, sqrt(head_dim), and a slot's norm after the layer's norm."""
-    base = head * hd
-    for proj in (attention.q_proj, attention.k_proj, attention.v_proj):
-        proj.weight[base:base + hd] = 0
-        proj.bias[base:base + hd] = 0
-    return base, math.sqrt(hd), math.sqrt(attention.q_proj.in_features / 4)
-
-
 def _named_head(attention: Any, head: int, hd: int, codes: Any, tokenizer: Any, slots: list[slice], generator: Any,
                 match: float = 15.0, quoted: float = 15.0, bonus: float = 18.0, on: float = 36.0,
                 off: float = 80.0) -> None:
@@ -490,7 +475,8 @@ def _named_head(attention: Any, head: int, hd: int, codes: Any, tokenizer: Any, 
     preference of 8 nats; a larger bonus alone flagged tokens inside names too.
     The schemas come before the request, so the request's tokens can look them up (not the other way round).
     """
-    base, root, size = _flag_head(attention, head, hd)
+    _clear_head(attention, head, hd)
+    base, root, size = head * hd, math.sqrt(hd), math.sqrt(attention.q_proj.in_features / 4)
     width = attention.q_proj.in_features
     free, code = _slow_dims(hd), slots[0].stop
     a = math.sqrt(match * root) / size  # a slot's match scores ``match`` nats
@@ -519,7 +505,8 @@ def _resulted_head(attention: Any, head: int, hd: int, codes: Any, tokenizer: An
     """Layer 1's ``head``: every token after a tool's result (a ``_response`` token in a user turn) sets
     ``RESULTED``; before any, it attends to ``<|im_start|>`` (``sink`` nats, between a user token's score and a
     result's) and writes about nothing (the sink's code barely overlaps ``_response``'s)."""
-    base, root, size = _flag_head(attention, head, hd)
+    _clear_head(attention, head, hd)
+    base, root, size = head * hd, math.sqrt(hd), math.sqrt(attention.q_proj.in_features / 4)
     width = attention.q_proj.in_features
     free = _slow_dims(hd)
     want = codes[tokenizer.convert_tokens_to_ids("_response")]
