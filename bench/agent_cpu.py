@@ -10,7 +10,7 @@
   share of sampled episodes whose first call parsed, named an offered tool and had arguments of its
   schema's types, the share with score 1 (the right call; for the two-step env both calls in order), and
   the check's own figures (calls to tools not offered, calls that did not parse).
-- build: the recipe of ``models/tool_corpus.py`` (a general tool caller, not registered as a model) built
+- build: ``tiny-agent``'s recipe (models/tiny_agent.py, v2: the general tool caller) built
   in two fresh processes (``GRPO_MAGIC_CACHE`` a new temporary folder each), wall and CPU seconds of each,
   timed from outside, whether the two ``model.safetensors`` are the same bytes, and its ``check``.
 - rise: GRPO (``train``, 16 steps of 32 episodes, 8 a prompt, lr 3e-4, no KL, temperature ``--temperature``)
@@ -66,11 +66,11 @@ def _worker(name: str, args: dict[str, Any], extra_env: dict[str, str] | None = 
 
 
 def worker_build(args: dict[str, Any]) -> dict[str, Any]:
-    from grpo_magic.models import tool_corpus
+    from grpo_magic.models.tiny_agent import RECIPE
 
-    path = tool_corpus.RECIPE.path()
+    path = RECIPE.path()
     digest = hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()
-    info = tool_corpus.RECIPE.info()
+    info = RECIPE.info()
     return {"sha256": digest, "build_seconds": info.get("build_seconds"), "check": info.get("check"),
             "steps": info.get("steps"), "train_loss": info.get("train_loss")}
 

@@ -25,7 +25,7 @@ remember"), reproducible. Not a product path: nothing here is registered as a mo
   "2026-12-02 (later)" of bench/RESULTS-agent.md has each run).
 - ``names``: ``name_copies`` (teacher-forced copies of the called name) and ``call_fields`` (teacher-forced,
   each part of the call) of the untrained circuits or of a model.
-- ``recipe``: ``tool_corpus.RECIPE`` built for ``--seed`` on ``--threads`` (its own seed and two threads by
+- ``recipe``: ``tiny_agent.RECIPE`` built for ``--seed`` on ``--threads`` (its own seed and two threads by
   default) into ``--save``, then ``env_check`` (quoted, no period), ``chain_check`` and the recipe's held-out
   ``check``, as JSON (the runs of "2026-12-03 (third part)"); with ``path`` instead of ``--save``, the checks of
   a model built before.
@@ -45,7 +45,7 @@ import tempfile
 import time
 from typing import Any
 
-from grpo_magic.models import tool_corpus
+from grpo_magic.models import tiny_agent, tool_corpus
 from grpo_magic.models.warmstart import Example, WarmStart
 
 #: The envs of tests/agent_cells.py as ``env_check`` asks them: offered schemas, and a draw of (tool, arguments).
@@ -269,7 +269,7 @@ def sft(steps: int, full_loss: bool, init: str | None, save: str | None, lr: flo
     from transformers import TrainerCallback
 
     quote_requests(period, json_args)
-    settings = {**tool_corpus.RECIPE.sft, "max_steps": steps, "learning_rate": lr, "per_device_train_batch_size": batch,
+    settings = {**tiny_agent.RECIPE.sft, "max_steps": steps, "learning_rate": lr, "per_device_train_batch_size": batch,
                 "lr_scheduler_type": schedule, "gradient_checkpointing": False}
     if full_loss or conversation:
         settings["assistant_only_loss"] = False
@@ -434,7 +434,7 @@ def chain_check(model: Any, tokenizer: Any, n: int = 16) -> dict[str, list[float
 
 
 def recipe(seed: int | None, threads: int | None, save: str | None, path: str | None) -> None:
-    """Build ``tool_corpus.RECIPE`` (for another seed or thread count) and print its checks; or check ``path``."""
+    """Build ``tiny_agent.RECIPE`` (for another seed or thread count) and print its checks; or check ``path``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -442,14 +442,14 @@ def recipe(seed: int | None, threads: int | None, save: str | None, path: str | 
     if path is None:
         if save is None:
             raise SystemExit("recipe: give --save (where to build) or a built model's path")
-        start = dataclasses.replace(tool_corpus.RECIPE, check=None,
-                                    seed=tool_corpus.RECIPE.seed if seed is None else seed,
-                                    threads=threads or tool_corpus.RECIPE.threads)
+        start = dataclasses.replace(tiny_agent.RECIPE, check=None,
+                                    seed=tiny_agent.RECIPE.seed if seed is None else seed,
+                                    threads=threads or tiny_agent.RECIPE.threads)
         info = start.build(pathlib.Path(save))
         built = {"build_seconds": info["build_seconds"], "loss_curve": info["loss_curve"], "seed": info["seed"],
                  "threads": info["threads"]}
         path = save
-    torch.set_num_threads(threads or tool_corpus.RECIPE.build_threads)
+    torch.set_num_threads(threads or tiny_agent.RECIPE.build_threads)
     tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path).eval()
     quote_requests(period=False)
     print(json.dumps({**built, "envs": env_check(model, tokenizer), "chain": chain_check(model, tokenizer),

@@ -59,7 +59,7 @@ QUICK = {
     "dashboard": {"paced_steps": 500, "step_s": 0.1, "memory_steps": (1000, 10000)},
     "learn": {"runs": 1, "max_steps": 60},
     "rescore": {"steps": 2, "episodes": 32, "latency_s": 0.05, "workers": 32, "reps": 2},
-    "agent": {"seeds": [1], "max_steps": 20},
+    "agent": {"seeds": [1], "max_steps": 16},
     "teach": {"seeds": [42, 1]},
     "evaluate": {"seeds": [42], "samples": 4},
     "kernel": {"runs": 1, "steps": 100},
@@ -71,7 +71,7 @@ FULL = {
     "dashboard": {"paced_steps": 2000, "step_s": 0.1, "memory_steps": (1000, 10000)},
     "learn": {"runs": 3, "max_steps": 60},
     "rescore": {"steps": 4, "episodes": 32, "latency_s": 0.05, "workers": 32, "reps": 3},
-    "agent": {"seeds": [1, 2, 3], "max_steps": 20},
+    "agent": {"seeds": [1, 2, 3], "max_steps": 16},
     "teach": {"seeds": [42, 1, 2, 3, 4]},
     "evaluate": {"seeds": [42, 1, 2], "samples": 4},
     "kernel": {"runs": 3, "steps": 200},
@@ -677,21 +677,25 @@ def worker_rescore(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def worker_agent(args: dict[str, Any]) -> dict[str, Any]:
-    """GRPO on an agent env through TRL's tool loop: tiny-agent learns which tool a weather question needs."""
-    from envs.weather_agent import WeatherAgentEnv
+    """GRPO on an agent env through TRL's tool loop: tiny-agent learns to call the tool a request names among three
+    offered, on an env whose names it never saw (tests/agent_cells.py's ``BakeRotateBorrow``), sampled at 1.5."""
     from grpo_magic import GRPOParams, train
     from grpo_magic.models import resolve_model
     from grpo_magic.models.cache import build_info
+    from tests.agent_cells import CELLS
 
     t = time.perf_counter()
     path = resolve_model("tiny-agent")  # built here when the cache does not have it yet
     resolve_s = time.perf_counter() - t
+    namespace: dict[str, Any] = {}
+    exec(CELLS["BakeRotateBorrow"], namespace)  # noqa: S102 - the test suite's own env cell
     out = tempfile.mkdtemp(prefix="bench-agent-")
     params = GRPOParams(model="tiny-agent", project_name=out, max_steps=args["max_steps"], batch_size=32,
-                        rl_num_generations=8, rl_max_new_tokens=48, lr=1e-3, rl_kl_coef=0.0, seed=args["seed"])
+                        rl_num_generations=8, rl_max_new_tokens=48, lr=3e-4, rl_kl_coef=0.0, rl_temperature=1.5,
+                        seed=args["seed"])
     t = time.perf_counter()
     with _silence():
-        run = train(params, WeatherAgentEnv(asks="weather", seed=args["seed"]), display=False)
+        run = train(params, namespace["BakeRotateBorrow"](), display=False)
     seconds = time.perf_counter() - t
     by_step: dict[int, list[bool]] = {}
     for g in run.groups:
@@ -1066,10 +1070,10 @@ def bench_agent(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
             "train_seconds": _spread([r["train_seconds"] for r in runs], 1),
             "tiny_agent_build_seconds": runs[0]["build_seconds"],
             "seeds": cfg["seeds"], "shares_first_seed": runs[0]["shares"],
-            "setting": {"env": "WeatherAgentEnv(asks='weather')", "model": "tiny-agent", "max_steps": cfg["max_steps"],
-                        "batch_size": 32, "rl_num_generations": 8, "rl_max_new_tokens": 48, "lr": 1e-3,
-                        "rl_kl_coef": 0.0},
-            "timed": "share of episodes with the right tool and city (score 1) per step, mean of the first 3 steps vs "
+            "setting": {"env": "tests/agent_cells.py BakeRotateBorrow", "model": "tiny-agent", "max_steps": cfg["max_steps"],
+                        "batch_size": 32, "rl_num_generations": 8, "rl_max_new_tokens": 48, "lr": 3e-4,
+                        "rl_kl_coef": 0.0, "rl_temperature": 1.5},
+            "timed": "share of episodes with the right tool and argument (score 1) per step, mean of the first 3 steps vs "
                      "the last 5; train_seconds: the whole train() call (TRL's tool loop, episodes, scoring); "
                      "tiny_agent_build_seconds: what the cache marker recorded when tiny-agent was built",
         }
@@ -1323,7 +1327,7 @@ def results_markdown(results: list[dict[str, Any]]) -> str:
                   f"back {_fmt(r['evaluate']['broke'])}")
     row("  evaluate seconds (2 models x 160 prompts x 5 episodes); in-run --eval-steps 30 share of train()", "",
         lambda r: f"{_fmt(r['evaluate']['evaluate_s'], ' s')}; {_fmt(r['evaluate']['in_run_eval_share'])}")
-    row("agent tool use: tiny-agent's right tool and city, first 3 → last 5 steps", "rises",
+    row("agent tool use: tiny-agent's right calls, three held-out-name tools, first 3 → last 5 steps", "rises",
         lambda r: f"{_fmt(r['agent_tool_use']['first_3_steps'])} → {_fmt(r['agent_tool_use']['last_5_steps'])} "
                   f"(rise {_fmt(r['agent_tool_use']['rise'])}) in {r['agent_tool_use']['setting']['max_steps']} steps, "
                   f"seeds {r['agent_tool_use']['seeds']}")

@@ -1,13 +1,16 @@
-"""WeatherAgentEnv: the smallest agent env, the offline demo of tool use (``--model tiny-agent``).
+"""WeatherAgentEnv: the smallest agent env (``--model tiny-agent`` offline, Qwen2.5-Instruct on a GPU).
 
 Each prompt asks for the weather (or, with ``asks="time"`` or ``"both"``, the local time) in a city.
 The env is an *agent env*: it has a ``reset`` method and two tools, ``get_weather`` and ``get_time``,
 plain methods with type hints and docstrings. The trainer runs each episode (the model calls a tool,
 reads the result, answers) and then calls ``score_episode`` on the instance that ran it, which knows
 which tools were called with which city. The reward is 1 for the right tool with the right city, a
-little for a well-formed call of the wrong tool, 0 otherwise. ``tiny-agent`` always calls a tool with
-the right city but picks between the two at random: GRPO teaches it which tool a weather question needs.
-(With ``asks="both"`` a model that small tends to learn one tool for everything instead.)
+little for a well-formed call of the wrong tool, 0 otherwise. ``tiny-agent`` v1, fine-tuned on these two
+tools only, called one with the right city, picked at random, and GRPO taught it which one a weather question
+needs. v2, a general tool caller that copies what a request spells out, writes calls that parse for about
+two thirds of these free-form questions, and GRPO does not lift it here (notebook 05 and tests/test_agent.py
+train it on an env whose requests name the tool instead). (With ``asks="both"`` a model that small tends to
+learn one tool for everything instead.)
 
 Like every example env it imports nothing from grpo_magic: this is the whole contract.
 """

@@ -151,9 +151,10 @@ def why_no_tool_call(stats: dict[str, Any], offered: list[str], model: str = "")
                    f"answered {stats['not_offered_error']})")
     if stats["unparsed_calls"]:
         did.append(f"{_count(stats['unparsed_calls'], 'tool call')} did not parse")
-    if model == "tiny-agent":  # the offline tool model knows its corpus's tools only
-        fix = ("tiny-agent knows only get_weather and get_time (envs/weather_agent.py), so use a model trained on "
-               "tool calls in general (e.g. Qwen/Qwen2.5-0.5B-Instruct on a GPU)")
+    if model == "tiny-agent":  # the offline tool caller copies what the request and the schemas spell out
+        fix = ("tiny-agent calls the tool a prompt names in quotes with the values it gives (Use \"add\" with a 3, b 4), "
+               "so name the tool and its arguments in the prompts, or use a larger model trained on tool calls "
+               "(e.g. Qwen/Qwen2.5-0.5B-Instruct on a GPU)")
     else:
         fix = ("use a model whose chat template and training know tool calls (e.g. --model tiny-agent offline, "
                "Qwen/Qwen2.5-0.5B-Instruct on a GPU)")

@@ -67,12 +67,14 @@ class Estimate:
         return f"<div class='grpo-memory' style='color:{color}'>{html.escape(self.text())}</div>"
 
 
-def count_parameters(model_path: str) -> tuple[int, Any]:
-    """(parameter count, config) of a model folder or hub id, built on the meta device: no weights are read."""
+def count_parameters(model_path: str | None = None, *, config: Any = None) -> tuple[int, Any]:
+    """(parameter count, config) of a model folder or hub id (or of ``config``), built on the meta device: no
+    weights are read."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(model_path)
+    if config is None:
+        config = AutoConfig.from_pretrained(model_path)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     return sum(p.numel() for p in model.parameters()), config
@@ -132,11 +134,13 @@ def estimate(
     """The memory a run of ``params`` needs on ``card`` (default: this kernel's GPU)."""
     kwargs = params.grpo_config_kwargs()
     path = model_path or params.model
-    from .models import OFFLINE_MODELS, tiny_model_path
+    from .models import OFFLINE_MODELS, TINY_AGENT, tiny_agent_config, tiny_model_path
 
-    if path in OFFLINE_MODELS:  # tiny-agent and tiny-math are tiny fine-tuned: tiny's config, no build, no Hub
-        path = tiny_model_path()
-    n, config = count_parameters(str(path))
+    # the offline models without a build: tiny-math is tiny fine-tuned (tiny's config), tiny-agent tiny resized
+    if path == TINY_AGENT:
+        n, config = count_parameters(config=tiny_agent_config())
+    else:
+        n, config = count_parameters(str(tiny_model_path() if path in OFFLINE_MODELS else path))
     precision = _precision(params, kwargs, card)
     half = precision != "fp32"  # activations under bf16/fp16 autocast
     # The weights as device.load_dtype loads them: bf16 in bf16; fp16 is mixed precision, so weights that train

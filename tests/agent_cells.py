@@ -186,8 +186,8 @@ class BakeRotateBorrow:
         return _right(tool_calls, tool, {arg: value})
 '''
 
-#: Envs for tiny-agent, which knows get_weather and get_time only: this one offers get_weather alone and
-#: asks for the time half of the time (tiny-agent then calls get_time, a tool not offered).
+#: Envs for a model that knows get_weather and get_time only (tests/weather_caller.py): this one offers
+#: get_weather alone and asks for the time half of the time (that model then calls get_time, not offered).
 ONLY_WEATHER = '''
 import random
 
@@ -220,7 +220,7 @@ class OnlyWeather:
         return 1.0 if city in self.calls else 0.0
 '''
 
-#: A tool tiny-agent has never seen, asked with its own questions: it calls tools that are not offered.
+#: A tool that model has never seen, asked with its own questions: it calls tools that are not offered.
 FORECAST = '''
 import random
 
@@ -228,7 +228,7 @@ from datasets import Dataset
 
 
 class Forecast:
-    """Offers get_forecast, a tool tiny-agent has never seen, for weather and time questions."""
+    """Offers get_forecast, a tool the weather caller has never seen, for weather and time questions."""
 
     def build_dataset(self, tokenizer=None):
         rng = random.Random(0)

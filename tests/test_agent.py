@@ -10,6 +10,7 @@ import pytest
 
 from grpo_magic.agent import AgentEpisode, agent_spec, episode_class, tool_calls_of, transcript
 from grpo_magic.events import GroupScored, RunLog, RunStarted, StepLogged, read_run_log
+from tests.agent_cells import CELLS
 
 WEATHER = {"Paris": "sunny", "Rome": "rainy", "Oslo": "snowy", "Lima": "cloudy"}
 
@@ -292,12 +293,9 @@ def test_tool_results_are_masked_out_of_trls_loss_and_later_turns_are_trained(tm
 
 
 def test_check_reports_the_tool_use_of_an_agent_env(shell) -> None:
-    import grpo_magic
-    from envs.weather_agent import WeatherAgentEnv
-
-    grpo_magic.register_env(WeatherAgentEnv)
-    report = shell.run_line_magic("grpo_check", "WeatherAgentEnv --model tiny-agent --samples 4 "
-                                                "--rl-num-generations 4 --rl-max-new-tokens 48")
+    shell.run_cell_magic("grpo_env", "", CELLS["WeighParcel"])  # a tool named from words tiny-agent never saw
+    report = shell.run_line_magic("grpo_check", "WeighParcel --model tiny-agent --samples 4 "
+                                                "--rl-num-generations 4 --rl-max-new-tokens 64")
     agent = report.agent
     assert agent is not None and agent["episodes"] == 16
     assert agent["tool_call_share"] > 0.5 and agent["tool_calls"] >= 8  # tiny-agent calls tools
@@ -308,7 +306,7 @@ def test_check_reports_the_tool_use_of_an_agent_env(shell) -> None:
 
 
 def correct_call_shares(run) -> list[float]:
-    """Per step, the share of episodes that called the tool the question asks for, with its city (score 1)."""
+    """Per step, the share of episodes that made the right call (score 1)."""
     by_step: dict[int, list[bool]] = {}
     for g in run.groups:
         by_step.setdefault(g["step"], []).extend(s == 1.0 for s in g["scores"] if s is not None)
@@ -316,25 +314,29 @@ def correct_call_shares(run) -> list[float]:
 
 
 @pytest.mark.slow
-def test_grpo_raises_the_share_of_correct_tool_calls_of_tiny_agent(tmp_path: Path) -> None:
-    """tiny-agent picks get_weather or get_time at random; 20 steps of GRPO teach it which one a weather question needs."""
-    from envs.weather_agent import WeatherAgentEnv
-    from grpo_magic import GRPOParams, train
+def test_grpo_raises_the_share_of_right_tool_calls_on_an_env_with_held_out_names_and_distractors(tmp_path: Path) -> None:
+    """tiny-agent on an env it has never seen (three tools named from the held-out lists, the request names one): it
+    calls the named one only part of the time; 16 steps of GRPO raise the share of right calls on held-out prompts.
 
-    params = GRPOParams(model="tiny-agent", max_steps=20, batch_size=32, rl_num_generations=8, rl_max_new_tokens=48,
-                        lr=1e-3, rl_kl_coef=0.0, seed=1, project_name=str(tmp_path / "agent-rise"))
-    run = train(params, WeatherAgentEnv(asks="weather", seed=1), display=False)
+    Sampled at temperature 1.5: tiny-agent's logits are doubled (``sharpen``), and at 1 most groups' eight episodes
+    make the same call, so that GRPO has no difference to learn from (bench/RESULTS-agent.md)."""
+    from grpo_magic import GRPOParams, evaluate, train
+
+    namespace: dict = {}
+    exec(CELLS["BakeRotateBorrow"], namespace)  # noqa: S102 - the test suite's own env cell
+    env = namespace["BakeRotateBorrow"]()
+    before = evaluate(env, "tiny-agent", eval_split=0.25, seed=1, greedy_only=True, rl_max_new_tokens=48)
+    params = GRPOParams(model="tiny-agent", max_steps=16, batch_size=32, rl_num_generations=8, rl_max_new_tokens=48,
+                        lr=3e-4, rl_kl_coef=0.0, rl_temperature=1.5, seed=1, eval_split=0.25,
+                        project_name=str(tmp_path / "agent-rise"))
+    run = train(params, env, display=False)
+    assert run.status == "completed", run.reason
+    after = evaluate(env, run.output_dir, greedy_only=True, baseline=None)
     shares = correct_call_shares(run)
-    assert run.status == "completed" and len(shares) == 20
-    first, last = sum(shares[:3]) / 3, sum(shares[-5:]) / 5
-    print(f"correct tool calls: {first:.2f} (first 3 steps) -> {last:.2f} (last 5)", [round(s, 2) for s in shares])
-    assert last - first >= 0.25, shares
-    calls = [round(h["tools/call_frequency"], 2) for h in run.history]
-    print("tool-call frequency by step", calls)
-    # It calls tools at the start and at the end: the tool, not the habit, is what changed. (On one machine's
-    # build of tiny-agent, one early step's update nearly stopped the calls, 0.03 at step 3, and the next steps
-    # brought them back; the rise is measured over the same run.)
-    assert min(calls[:2]) > 0.8 and min(calls[-5:]) > 0.8, calls
+    print("held-out greedy mean:", before.summary["greedy_mean"], "->", after.summary["greedy_mean"],
+          "training right share by step:", [round(s, 2) for s in shares])
+    assert before.summary["prompts"] == after.summary["prompts"] >= 8  # the same held-out prompts, never trained on
+    assert after.summary["greedy_mean"] >= before.summary["greedy_mean"] + 0.1
 
 
 def test_rescore_replays_an_agent_episode_from_its_transcript(tmp_path: Path) -> None:

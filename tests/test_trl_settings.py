@@ -254,10 +254,12 @@ def test_memory_estimate_for_tiny_matches_the_loaded_model():
     assert est.fits is True and "fits on L4" in est.text()
 
 
-def test_memory_estimate_for_the_other_offline_models_is_tiny_s_without_a_build_or_the_hub(monkeypatch):
-    """tiny-agent and tiny-math are tiny fine-tuned: the estimate reads tiny's config (it used to ask the Hub for
-    'tiny-agent', and wait through its retries before saying 'no estimate')."""
+def test_memory_estimate_for_the_other_offline_models_is_without_a_build_or_the_hub(monkeypatch):
+    """tiny-math is tiny fine-tuned (tiny's config); tiny-agent is tiny resized for its copy circuit (its own config,
+    made without the build). Neither builds the model nor asks the Hub (it used to ask the Hub for 'tiny-agent',
+    and wait through its retries before saying 'no estimate')."""
     import grpo_magic.models as models
+    from grpo_magic.models.copy_circuit import SIZES
 
     def no_build() -> None:
         raise AssertionError("the estimate built an offline model")
@@ -265,9 +267,18 @@ def test_memory_estimate_for_the_other_offline_models_is_tiny_s_without_a_build_
     monkeypatch.setitem(models.OFFLINE_MODELS, "tiny-agent", no_build)
     monkeypatch.setitem(models.OFFLINE_MODELS, "tiny-math", no_build)
     tiny = estimate(GRPOParams(model="tiny"), card="T4")
-    for name in ("tiny-agent", "tiny-math"):
-        est = estimate(GRPOParams(model=name), card="T4")
-        assert (est.parameters, est.total) == (tiny.parameters, tiny.total), name
+    math = estimate(GRPOParams(model="tiny-math"), card="T4")
+    assert (math.parameters, math.total) == (tiny.parameters, tiny.total)
+    agent = estimate(GRPOParams(model="tiny-agent"), card="T4")
+    n, config = count_parameters(config=models.tiny_agent_config())
+    assert agent.parameters == n and config.hidden_size == SIZES["hidden_size"] != tiny_hidden(models)
+    assert agent.parameters != tiny.parameters and agent.total > 0
+
+
+def tiny_hidden(models) -> int:
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(str(models.tiny_model_path())).hidden_size
 
 
 def test_the_exported_launch_folder_carries_trl_settings_and_the_recipe():

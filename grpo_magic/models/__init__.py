@@ -21,7 +21,7 @@ from .loading import (
     supports_bf16,
 )
 from .tiny import TINY, TINY_VERSION, tiny_model_path
-from .tiny_agent import TINY_AGENT, tiny_agent_path
+from .tiny_agent import TINY_AGENT, tiny_agent_config, tiny_agent_path
 from .tiny_math import TINY_MATH, tiny_math_path
 from .warmstart import WarmStart
 
@@ -42,6 +42,7 @@ __all__ = [
     "resolve_model",
     "four_bit_problem",
     "supports_bf16",
+    "tiny_agent_config",
     "tiny_agent_path",
     "tiny_math_path",
     "tiny_model_path",

@@ -1,9 +1,9 @@
-"""A generated corpus of tool-use chats, for a *general* offline tool caller (issue 25), not yet good enough.
+"""A generated corpus of tool-use chats: what ``tiny-agent`` v2 (models/tiny_agent.py), a general offline tool
+caller, is fine-tuned on (issue 25).
 
-``tiny-agent`` (models/tiny_agent.py) knows two tools, ``get_weather`` and ``get_time``: it works for
-envs/weather_agent.py and for no env a user writes. This module generates what a general tool caller would
-be fine-tuned on (the same ``warmstart`` recipe), so that the model has to *read the offered schemas and the
-request* rather than remember tools:
+``tiny-agent`` v1 knew two tools, ``get_weather`` and ``get_time``: it worked for envs/weather_agent.py and for no
+env a user wrote. This corpus makes the model *read the offered schemas and the request* rather than remember
+tools:
 
 - tool names (``verb`` or ``verb_noun``), descriptions and argument names drawn at random from lists of
   made-up words of English spelling (``pseudo_words``: the tokenizer cuts them as it cuts English names);
@@ -24,7 +24,7 @@ request* rather than remember tools:
 ``check`` measures a model on held-out-name chats (first reply, greedy and sampled): calls that parse, to
 an offered tool with arguments of its types, to the right tool with the right arguments.
 
-Why it is not ``tiny-agent`` yet (measured here, on a 2-core machine shared by other jobs, one torch thread):
+How it came to this (measured here, on a 2-core machine shared by other jobs, one torch thread):
 ``tiny`` (64 wide, 2 layers) after 300 SFT steps of 16 chats (1-4 tools, 0-3 arguments; 269 s of CPU) and
 after 600 steps of 8 (1-3 tools, 0-2 arguments; 208 s) wrote well-formed calls (parsed 0.42 and 0.95 of
 held-out chats) but never to an offered tool: it names tools from its corpus ("pick_weight"); resized to
@@ -51,9 +51,11 @@ end calls where the request did not. A two-step request names the outer tool fir
 (bench/RESULTS-agent.md, 2026-12-03, third part), right calls sampled at temperature 1 with the logits doubled,
 on the one-integer, two-argument, enum and three-tool envs: seed 0 1.0 / 0.78 / 1.0 / 0.25 (held-out check:
 offered with the schema's types 0.64, right 0.56; the two-step env's first call right 1.0), seed 1 0.97 / 0.59 /
-0.47 / 0.59 (0.61, 0.52; 0.75). Still not ``tiny-agent``: after a chain's first result the model answers instead
-of calling the second tool, two offered names that begin alike tie at their second token (``bake_lemon``,
-``borrow_violin``), and GRPO at temperature 1 gets groups whose eight episodes agree.
+0.47 / 0.59 (0.61, 0.52; 0.75). Registered as ``tiny-agent`` v2 with seed 0. What it does not do yet: after a
+chain's first result it answers instead of calling the second tool (forced to call, it names the right tool but
+copies only the result's first token), two offered names that begin alike tie at their second token
+(``bake_lemon``, ``borrow_violin``), and GRPO at temperature 1 gets groups whose eight episodes mostly agree
+(the GRPO tests and lessons sample at 1.5).
 """
 
 from __future__ import annotations
@@ -62,8 +64,43 @@ import json
 import random
 from typing import Any
 
-from .tiny_agent import AGENT_CITIES, RIGHT_TOOL_SHARE, TIME_QUESTIONS, WEATHER, WEATHER_QUESTIONS, agent_tools
-from .warmstart import Example, WarmStart
+from .warmstart import Example
+
+#: v1's weather and time questions (envs/weather_agent.py's), a share of the corpus: cities that are one token in
+#: ``tiny``'s vocabulary; the tool a question asks for is called in only ``RIGHT_TOOL_SHARE`` of them (the other
+#: one in the rest), so that which of the two a question needs is left to GRPO (tests/test_agent.py).
+AGENT_CITIES = ("Paris", "Madrid", "London", "Rome", "Berlin", "Tokyo", "Lima", "Oslo")
+WEATHER = ("sunny", "rainy", "snowy", "cloudy", "windy")
+WEATHER_QUESTIONS = ("What is the weather in {c}?", "How is the weather in {c} today?", "Weather in {c}?",
+                     "Is it raining in {c}?")
+TIME_QUESTIONS = ("What time is it in {c}?", "Local time in {c}?", "What is the time in {c} now?")
+RIGHT_TOOL_SHARE = 0.5
+
+
+def get_weather(city: str) -> str:
+    """Get today's weather in a city.
+
+    Args:
+        city: The city name.
+    """
+    raise NotImplementedError  # only its schema is used: the corpus writes the results itself
+
+
+def get_time(city: str) -> str:
+    """Get the local time in a city.
+
+    Args:
+        city: The city name.
+    """
+    raise NotImplementedError
+
+
+def agent_tools() -> list[dict[str, Any]]:
+    """The weather chats' function schemas, derived as TRL derives them for an agent env's methods."""
+    from transformers.utils import get_json_schema
+
+    return [get_json_schema(get_weather), get_json_schema(get_time)]
+
 
 #: English spelling in pieces: a word is one to three syllables (an onset, a nucleus, and on the last one, or now and
 #: then on another, a coda), so that tiny's vocabulary spells it as it spells English words (``ate``, ``row``,
@@ -402,37 +439,17 @@ def check(model: Any, tokenizer: Any, size: int = 96) -> dict[str, Any]:
     return out
 
 
-#: The fine-tune's length and batch: the corpus holds exactly the chats it reads once.
+#: The fine-tune's length and batch (models/tiny_agent.py): the corpus holds exactly the chats it reads once.
 STEPS, BATCH = 300, 8
 
 
-def _corpus(seed: int) -> list[Example]:
+def recipe_corpus(seed: int) -> list[Example]:
+    """The chats ``tiny-agent``'s fine-tune reads: ``STEPS * BATCH`` of them, each once."""
     return tool_use_corpus(seed, STEPS * BATCH)
 
 
-def _circuit_start(seed: int) -> Any:
+def circuit_start(seed: int) -> Any:
+    """Where ``tiny-agent``'s fine-tune starts: a fresh model with the copy circuit, frozen (models/copy_circuit.py)."""
     from .copy_circuit import fresh_model
 
     return fresh_model(seed, freeze=True)
-
-
-RECIPE = WarmStart(
-    name="tiny-agent-general",
-    version="tiny-agent-general-v5",
-    corpus=_corpus,
-    sft={
-        "max_steps": STEPS,
-        "per_device_train_batch_size": BATCH,
-        "learning_rate": 2e-3,
-        "lr_scheduler_type": "linear",  # decaying to 0: the seeds' fine-tunes agree more (see RESULTS-agent.md)
-        "warmup_steps": 10,
-        "max_length": 768,
-        "logging_steps": 50,
-        "gradient_checkpointing": False,  # a 4-layer model: recomputing activations only costs time
-    },
-    start=_circuit_start,
-    threads=2,  # a 192-wide model: 1.3 s a step on two threads, 2.5 s on one (a CPU has two, or more)
-    sharpen=2.0,  # sampled at temperature 1 as at 0.5: see the module docstring
-    check=check,
-    description="calls to the tools its prompt offers (not yet: see the module docstring)",
-)
