@@ -238,7 +238,13 @@ def check_env(
     degenerate_texts = [["", _echo(r), REFUSAL] for r in rows]
     try:
         if prepared.agent is not None:  # whole episodes, through TRL's tool loop (generation and scoring at once)
-            from .check_agent import agent_stats, degenerate_episodes, run_agent_episodes, why_no_tool_call
+            from .check_agent import (
+                agent_stats,
+                degenerate_episodes,
+                run_agent_episodes,
+                uncopyable_arguments,
+                why_no_tool_call,
+            )
 
             episodes = run_agent_episodes(params, prepared, lm, tokenizer, reward, rows)
             generated = _Generated(episodes.texts, [], episodes.truncated)
@@ -264,7 +270,8 @@ def check_env(
         n = params.rl_num_generations
         for gi, group in enumerate(report.groups):
             group["transcripts"] = episodes.transcripts[gi * n:(gi + 1) * n]
-        why = why_no_tool_call(agent, prepared.agent.tool_names, params.model or "")
+        uncopied = uncopyable_arguments(prepared.agent.schemas, tokenizer) if params.model == "tiny-agent" else None
+        why = why_no_tool_call(agent, prepared.agent.tool_names, params.model or "", uncopied)
         if why is not None:
             report.warnings.append(why)
     return report

@@ -138,8 +138,11 @@ def agent_stats(transcripts: list[list[dict[str, Any]]], offered: list[str] | No
     }
 
 
-def why_no_tool_call(stats: dict[str, Any], offered: list[str], model: str = "") -> str | None:
-    """One sentence when no sampled episode called an offered tool: what the model did instead, and what to try."""
+def why_no_tool_call(stats: dict[str, Any], offered: list[str], model: str = "",
+                     uncopied: list[str] | None = None) -> str | None:
+    """One sentence when no sampled episode called an offered tool: what the model did instead, and what to try.
+
+    ``uncopied``: for tiny-agent, the offered arguments whose values it cannot copy (``uncopyable_arguments``)."""
     if stats["offered_call_share"] > 0:
         return None
     did = []
@@ -152,15 +155,33 @@ def why_no_tool_call(stats: dict[str, Any], offered: list[str], model: str = "")
     if stats["unparsed_calls"]:
         did.append(f"{_count(stats['unparsed_calls'], 'tool call')} did not parse")
     if model == "tiny-agent":  # the offline tool caller copies what the request and the schemas spell out
-        fix = ("tiny-agent calls the tool a prompt names in quotes with the values it gives (Use \"add\" with a 3, b 4), "
-               "so name the tool and its arguments in the prompts, or use a larger model trained on tool calls "
-               "(e.g. Qwen/Qwen2.5-0.5B-Instruct on a GPU)")
+        fix = ('tiny-agent copies a call from a request that spells it out (the tool\'s name in quotes, then each '
+               'argument\'s name and value: Use the "weigh_parcel" tool with grams 41)')
+        if uncopied:
+            fix += (f" and cannot copy the values of arguments whose name is one word in its vocabulary "
+                    f"({', '.join(uncopied)}): rename them (e.g. grams, minutes, owner)")
+        fix += ", or use a larger model trained on tool calls (e.g. Qwen/Qwen2.5-0.5B-Instruct on a GPU)"
     else:
         fix = ("use a model whose chat template and training know tool calls (e.g. --model tiny-agent offline, "
                "Qwen/Qwen2.5-0.5B-Instruct on a GPU)")
     return (f"no episode called an offered tool ({', '.join(offered)}) in {int(stats['episodes'])} episodes: "
             f"{'; '.join(did) or 'none wrote anything'}; GRPO can only reinforce calls the model already makes: "
             f"{fix}, or warm it up with supervised examples of tool calls.")
+
+
+def uncopyable_arguments(schemas: list[dict[str, Any]], tokenizer: Any) -> list[str]:
+    """The offered argument names whose values tiny-agent cannot copy from a request.
+
+    Why: its copy circuit (models/copy_circuit.py) finds a value in the request by the argument name's last two
+    tokens, and a name the vocabulary spells differently after a space and after the call's ``"`` (``a`` and
+    `` a``, ``city`` and `` city``: one token each, and not the same one) has none in common."""
+    names = []
+    for schema in schemas:
+        for name in schema.get("function", {}).get("parameters", {}).get("properties", {}):
+            in_call, in_request = tokenizer.tokenize(name), tokenizer.tokenize(" " + name)
+            if len(in_call) < 2 or in_call[-2:] != in_request[-2:]:
+                names.append(name)
+    return names
 
 
 def _count(n: float, noun: str) -> str:

@@ -186,6 +186,35 @@ class BakeRotateBorrow:
         return _right(tool_calls, tool, {arg: value})
 '''
 
+#: The issue's first try: ``add(a: int, b: int)`` asked for in free words. tiny-agent starts calls to ``add`` but cannot
+#: copy the values of one-letter arguments (``a`` after the call's quote, `` a`` in a request: no token in common).
+ADDER = PRELUDE + '''
+class Adder:
+    """One tool with one-letter arguments, asked for in free words."""
+
+    def build_dataset(self, tokenizer=None):
+        rng = random.Random(5)
+        pairs = [(rng.randint(1, 9), rng.randint(1, 9)) for _ in range(16)]
+        return Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Use the add tool: what is {a} + {b}?"}]
+                                             for a, b in pairs], "a": [a for a, _ in pairs], "b": [b for _, b in pairs]})
+
+    def reset(self, **row):
+        pass
+
+    def add(self, a: int, b: int) -> str:
+        """Add two numbers.
+
+        Args:
+            a: The first number.
+            b: The second number.
+        """
+        return str(a + b)
+
+    def score_episode(self, model, tokenizer, completion, tool_calls, a, b):
+        return _right(tool_calls, "add", {"a": a, "b": b})
+'''
+
+
 #: Envs for a model that knows get_weather and get_time only (tests/weather_caller.py): this one offers
 #: get_weather alone and asks for the time half of the time (that model then calls get_time, not offered).
 ONLY_WEATHER = '''
@@ -255,4 +284,5 @@ class Forecast:
 
 #: The cells above by env class name.
 CELLS = {"WeighParcel": ONE_INT, "ReserveHarbor": TWO_ARGS, "PaintGarden": ENUM, "GuessThenEncode": TWO_STEP,
-         "BakeRotateBorrow": DISTRACTORS, "OnlyWeather": ONLY_WEATHER, "Forecast": FORECAST}
+         "BakeRotateBorrow": DISTRACTORS, "OnlyWeather": ONLY_WEATHER, "Forecast": FORECAST,
+         "Adder": ADDER}

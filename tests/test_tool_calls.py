@@ -116,6 +116,25 @@ def test_the_check_says_why_tiny_never_calls_a_tool(shell) -> None:
     assert why in str(report) and report.agent["offered_call_share"] == 0
 
 
+def test_the_check_tells_why_tiny_agent_cannot_copy_one_letter_arguments(shell) -> None:
+    """The issue's first try, ``add(a: int, b: int)`` asked for in free words: tiny-agent starts calls to ``add``
+    that do not parse, and the check names the arguments to rename and the phrasing it copies."""
+    from grpo_magic.check_agent import uncopyable_arguments
+    from grpo_magic.models import load_tokenizer
+
+    shell.run_cell_magic("grpo_env", "", CELLS["Adder"])
+    report = shell.run_line_magic("grpo_check", f"Adder --model tiny-agent {CHECK}")
+    print(report.agent, report.warnings)
+    (why,) = [w for w in report.warnings if w.startswith("no episode called an offered tool")]
+    assert "(add) in 16 episodes: " in why and "tool calls did not parse" in why
+    assert "cannot copy the values of arguments whose name is one word in its vocabulary (a, b): rename them" in why
+    assert 'Use the "weigh_parcel" tool with grams 41' in why
+    tokenizer = load_tokenizer("tiny-agent")
+    schema = tiny_agent._schema("t", "T.", [(n, "integer", None) for n in ("a", "city", "query", "grams", "owner",
+                                                                              "minutes", "first_number")])
+    assert uncopyable_arguments([schema], tokenizer) == ["a", "city", "query"]
+
+
 @pytest.mark.parametrize("name", ["WeighParcel", "ReserveHarbor", "PaintGarden"])
 def test_tiny_agent_calls_the_tools_of_envs_it_has_never_seen(shell, name: str) -> None:
     """Envs named from the held-out lists (one integer, two arguments, an enum): through ``%grpo_check``, at least
@@ -211,7 +230,9 @@ def test_the_account_of_episodes_without_an_offered_call_from_their_transcripts(
         "reinforce calls the model already makes: use a model whose chat template and training know tool calls "
         "(e.g. --model tiny-agent offline, Qwen/Qwen2.5-0.5B-Instruct on a GPU), or warm it up with supervised "
         "examples of tool calls.")
-    assert "tiny-agent calls the tool a prompt names in quotes" in why_no_tool_call(stats, ["add"], "tiny-agent")
+    for_tiny_agent = why_no_tool_call(stats, ["add"], "tiny-agent", ["a", "b"])
+    assert "tiny-agent copies a call from a request that spells it out" in for_tiny_agent
+    assert "(a, b): rename them" in for_tiny_agent and "rename" not in why_no_tool_call(stats, ["add"], "tiny-agent")
     card = transcript_html(episodes[0])
     assert "1 to tools not offered" in card and "was not offered" in card and "Tool get_time not found." in card
 
