@@ -333,10 +333,12 @@ def test_grpo_raises_the_share_of_right_tool_calls_on_an_env_with_held_out_names
     assert run.status == "completed", run.reason
     after = evaluate(env, run.output_dir, greedy_only=True, baseline=None)
     shares = correct_call_shares(run)
-    print("held-out greedy mean:", before.summary["greedy_mean"], "->", after.summary["greedy_mean"],
-          "training right share by step:", [round(s, 2) for s in shares])
+    right_before, right_after = ([r["greedy_score"] == 1.0 for r in report.rows] for report in (before, after))
+    print("held-out greedy mean:", before.summary["greedy_mean"], "->", after.summary["greedy_mean"], "right calls:",
+          sum(right_before), "->", sum(right_after), "training right share by step:", [round(s, 2) for s in shares])
     assert before.summary["prompts"] == after.summary["prompts"] >= 8  # the same held-out prompts, never trained on
     assert after.summary["greedy_mean"] >= before.summary["greedy_mean"] + 0.1
+    assert sum(right_after) > sum(right_before)  # more right calls (score 1), not only fewer calls that fail
 
 
 def test_rescore_replays_an_agent_episode_from_its_transcript(tmp_path: Path) -> None:
