@@ -17,26 +17,10 @@ from grpo_magic.models.warmstart import Example, WarmStart
 
 
 def weather_corpus(seed: int, size: int = 800) -> list[Example]:
-    """Weather and time questions, each answered by a well-formed call with the asked city, a result, an answer."""
-    rng = random.Random(f"tool-use-{seed}")
-    tools = tool_corpus.agent_tools()
-    chats = []
-    for _ in range(size):
-        city = rng.choice(tool_corpus.AGENT_CITIES)
-        asks_weather = rng.random() < 0.5
-        question = rng.choice(tool_corpus.WEATHER_QUESTIONS if asks_weather else tool_corpus.TIME_QUESTIONS)
-        weather_tool = asks_weather == (rng.random() < tool_corpus.RIGHT_TOOL_SHARE)
-        tool = "get_weather" if weather_tool else "get_time"
-        result = (f"{rng.choice(tool_corpus.WEATHER)} in {city}" if weather_tool
-                  else f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d} in {city}")
-        chats.append({"tools": tools, "messages": [
-            {"role": "user", "content": question.format(c=city)},
-            {"role": "assistant", "content": "",
-             "tool_calls": [{"type": "function", "function": {"name": tool, "arguments": {"city": city}}}]},
-            {"role": "tool", "name": tool, "content": result},
-            {"role": "assistant", "content": f"It is {result}."},
-        ]})
-    return chats
+    """Weather and time questions, each answered by a well-formed call with the asked city, a result, an answer:
+    the weather chats of tiny-agent's own corpus (``tool_corpus``), v1's draws for the same seed."""
+    corpus = tool_corpus._Corpus(random.Random(f"tool-use-{seed}"))
+    return [corpus.weather() for _ in range(size)]
 
 
 RECIPE = WarmStart(
