@@ -103,7 +103,69 @@ function render({ model, el }) {
     }
     if (panel.band) data.push(panel._hi || [], panel._lo || []);
     if (panel.group_range) data.push(column("range_min"), column("range_max"));
-    return data;
+    const idx = kept(panel);
+    panel._thinned = !!idx;
+    return idx ? data.map((a) => idx.map((i) => a[i])) : data;
+  }
+
+  // uPlot scans every point it is given on each setData (scale ranges, then paths), so a long run would
+  // cost more to draw with every step. A line cannot show more than a few points per pixel column: past
+  // four per column of the visible steps, the page hands uPlot only M4's points (Jugel et al., VLDB 2014)
+  // per column: the first, last, lowest and highest of each curve, and a gap's first null. The drawn line
+  // is the same; every point kept is a real step, so hover and click read exact values.
+  function columns(panel) {
+    return Math.max(100, Math.round((panel._cell && panel._cell.clientWidth) || 300));
+  }
+
+  function firstAtLeast(xs, v) {
+    let a = 0, z = xs.length;
+    while (a < z) { const m = (a + z) >> 1; if (xs[m] < v) a = m + 1; else z = m; }
+    return a;
+  }
+
+  function kept(panel) {
+    const n = st.x.length;
+    const cols = columns(panel);
+    if (n <= 4 * cols) return null;
+    let lo = 0, hi = n;
+    const sx = panel._u && panel._u.scales.x;
+    if (panel._zoomed && sx && sx.min != null) {
+      lo = Math.max(0, firstAtLeast(st.x, sx.min) - 1);
+      hi = Math.min(n, firstAtLeast(st.x, sx.max) + 2);
+    }
+    if (hi - lo <= 4 * cols) return Array.from({ length: hi - lo }, (_, k) => lo + k);
+    const lines = panel.series.map((s) => column(s.col));
+    if (panel.group_range) lines.push(column("range_min"), column("range_max"));
+    const idx = [];
+    const per = (hi - lo) / cols;
+    for (let b = 0; b < cols; b++) {
+      const a = lo + Math.floor(b * per);
+      const z = b === cols - 1 ? hi : lo + Math.floor((b + 1) * per);
+      if (z <= a) continue;
+      const pick = [a, z - 1];
+      for (const c of lines) {
+        let mi = -1, ma = -1, gap = -1;
+        for (let i = a; i < z; i++) {
+          const v = c[i];
+          if (v == null) { if (gap < 0) gap = i; continue; }
+          if (mi < 0 || v < c[mi]) mi = i;
+          if (ma < 0 || v > c[ma]) ma = i;
+        }
+        if (mi >= 0) pick.push(mi, ma);
+        if (gap >= 0) pick.push(gap);
+      }
+      pick.sort((p, q) => p - q);
+      for (let k = 0; k < pick.length; k++) if (k === 0 || pick[k] !== pick[k - 1]) idx.push(pick[k]);
+    }
+    return idx;
+  }
+
+  // After a zoom (drag) or its reset (double click), a thinned panel takes the points of its new range.
+  function rethin(panel, reset) {
+    const u = panel._u;
+    if (!u || !panel._thinned) return;
+    if (reset) u.setData(panelData(panel), true);
+    else { u.setData(panelData(panel), false); u.redraw(); }
   }
 
   function overlayHook(panel) {
@@ -226,6 +288,9 @@ function render({ model, el }) {
       hooks: {
         draw: [overlayHook(panel)],
         setSelect: [(u) => { if (u.select.width > 4) panel._zoomed = true; }],
+        setScale: [(u, key) => {
+          if (key === "x" && panel._thinned) setTimeout(() => { if (panel._zoomed) rethin(panel, false); }, 0);
+        }],
         setSeries: [(u, i, o) => {
           // a click on a legend row shows/hides the curve and its smoothed copy together
           if (i != null && i % 2 === 1 && i < 2 * panel.series.length) {
@@ -238,7 +303,7 @@ function render({ model, el }) {
     const u = new uPlot(opts, panelData(panel), chartBox);
     const rows = u.root.querySelectorAll(".u-legend .u-series");
     for (const i of hidden) if (rows[i]) rows[i].style.display = "none";
-    u.over.addEventListener("dblclick", () => { panel._zoomed = false; });
+    u.over.addEventListener("dblclick", () => { panel._zoomed = false; rethin(panel, true); });
     // Away from the cursor the legend shows the latest values (uPlot's own shows dashes).
     u.over.addEventListener("mouseenter", () => { panel._hover = true; });
     u.over.addEventListener("mouseleave", () => {
@@ -251,7 +316,7 @@ function render({ model, el }) {
       u.over.addEventListener("mouseup", (e) => {
         if (!down || Math.abs(e.clientX - down[0]) > 3) return;
         const i = u.cursor.idx;
-        if (i != null && st.x[i] != null) model.send({ kind: "select", step: st.x[i] });
+        if (i != null && u.data[0][i] != null) model.send({ kind: "select", step: u.data[0][i] });
       });
     }
     chartBox._uplot = u;
@@ -340,7 +405,8 @@ function render({ model, el }) {
   }
 
   function latestLegend(panel) {
-    if (panel._u && !panel._hover && st.x.length) panel._u.setLegend({ idx: st.x.length - 1 });
+    const u = panel._u;
+    if (u && !panel._hover && u.data[0].length) u.setLegend({ idx: u.data[0].length - 1 });
   }
 
   function draw() {
@@ -348,7 +414,10 @@ function render({ model, el }) {
     for (const panel of st.panels) {
       if (!panel._u) continue;
       const u = panel._u;
-      u.batch(() => u.setData(panelData(panel), !panel._zoomed));
+      u.batch(() => {
+        u.setData(panelData(panel), !panel._zoomed);
+        if (panel._zoomed) u.redraw(); // setData without resetting scales does not redraw by itself
+      });
       latestLegend(panel);
     }
     refreshTitles();
