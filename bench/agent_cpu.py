@@ -84,8 +84,6 @@ def _shell() -> Any:
 
 
 def worker_check(args: dict[str, Any]) -> dict[str, Any]:
-    from grpo_magic.agent import tool_names, tool_schemas
-    from grpo_magic.models import tool_corpus
     from tests.agent_cells import CELLS
 
     os.chdir(tempfile.mkdtemp(prefix="bench-agent-check-"))
@@ -93,18 +91,13 @@ def worker_check(args: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in ("WeighParcel", "ReserveHarbor", "PaintGarden", "GuessThenEncode"):
         shell.run_cell_magic("grpo_env", "", CELLS[name])
-        cls = shell.user_ns[name]
-        schemas = {s["function"]["name"]: s for s in tool_schemas(cls, tool_names(cls))}
         started = time.perf_counter()
         report = shell.run_line_magic("grpo_check", f"{name} --model {args['model']} {CHECK_ARGS}")
         seconds = time.perf_counter() - started
         episodes = [t for g in report.groups for t in g["transcripts"]]
-        firsts = [next((c for turn in t for c in turn.get("tool_calls") or []), None) for t in episodes]
-        typed = sum(1 for c in firsts if c and c["name"] in schemas
-                    and tool_corpus.fits_schema(c["arguments"], schemas[c["name"]]))
         scores = [s for g in report.scores for s in g]
         why = next((w for w in report.warnings if w.startswith("no episode called an offered tool")), None)
-        out[name] = {"why": why, "episodes": len(episodes), "offered_typed_share": round(typed / len(episodes), 3),
+        out[name] = {"why": why, "episodes": len(episodes), "offered_typed_share": round(report.agent["typed_call_share"], 3),
                      "right_share": round(scores.count(1.0) / len(scores), 3), "check_seconds": round(seconds, 1),
                      "not_offered_calls": report.agent["not_offered_calls"],
                      "unparsed_calls": report.agent["unparsed_calls"]}

@@ -236,6 +236,45 @@ def last_assistant_text(messages: list[dict[str, Any]]) -> str:
     return ""
 
 
+#: The Python types of JSON-schema's types, as ``transformers.utils.get_json_schema`` writes them for a typed method.
+_JSON_TYPES: dict[str, tuple[type, ...]] = {"integer": (int,), "number": (int, float), "boolean": (bool,),
+                                            "string": (str,), "array": (list, tuple), "object": (dict,),
+                                            "null": (type(None),)}
+
+
+def _of_type(value: Any, kind: Any) -> bool:
+    """``value`` is of JSON type ``kind`` (a name, a list of names, or none given: anything); a bool is no number."""
+    if kind is None:
+        return True
+    kinds = kind if isinstance(kind, list) else [kind]
+    for k in kinds:
+        types = _JSON_TYPES.get(str(k))
+        if types is None:
+            return True  # a type this check does not know: the tool's own code judges
+        if isinstance(value, types) and not (isinstance(value, bool) and k in ("integer", "number")):
+            return True
+    return False
+
+
+def fits_schema(arguments: Any, schema: dict[str, Any]) -> bool:
+    """A call the tool's own code can take as its signature declares: every required argument there, no unknown
+    one, each of its JSON-schema type (an enum's value among its options). ``%grpo_check``'s typed share and
+    tiny-agent's corpus measure calls by it."""
+    if not isinstance(arguments, dict):
+        return False
+    parameters = schema.get("function", schema).get("parameters") or {}
+    props = parameters.get("properties") or {}
+    if not set(parameters.get("required") or ()) <= set(arguments) <= set(props):
+        return False
+    for key, value in arguments.items():
+        prop = props[key]
+        if value is None and prop.get("nullable"):  # ``x: T | None`` in the method's signature
+            continue
+        if not _of_type(value, prop.get("type")) or ("enum" in prop and value not in prop["enum"]):
+            return False
+    return True
+
+
 def tool_calls_of(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every tool call of the episode's assistant turns, as ``{"name", "arguments"}``, in order."""
     calls = []

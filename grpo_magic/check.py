@@ -139,6 +139,8 @@ class CheckReport:
                                if a["not_offered_calls"] else "")),
             ("offered tools", f"{a['offered_call_share']:.0%} of episodes called an offered tool; "
                               f"{int(a['unparsed_calls'])} calls did not parse; {int(a['text_only'])} episodes wrote text only"),
+            *([("typed calls", f"{a['typed_call_share']:.0%} of episodes made a first call to an offered tool "
+                               "with arguments of its schema's types")] if "typed_call_share" in a else []),
             ("turns", f"{a['turns_mean']:.1f} assistant turns per episode (max {int(a['turns_max'])})"),
         ]
 
@@ -248,7 +250,8 @@ def check_env(
 
             episodes = run_agent_episodes(params, prepared, lm, tokenizer, reward, rows)
             generated = _Generated(episodes.texts, [], episodes.truncated)
-            outcomes, agent = episodes.outcomes, agent_stats(episodes.transcripts, prepared.agent.tool_names)
+            outcomes = episodes.outcomes
+            agent = agent_stats(episodes.transcripts, prepared.agent.tool_names, prepared.agent.schemas)
             generated_at = scored_at = time.perf_counter()
             degenerate_outcomes = degenerate_episodes(prepared, reward, rows, degenerate_texts)
         else:

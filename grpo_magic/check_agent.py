@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from .agent import not_offered_calls, tool_calls_of, unparsed_calls
+from .agent import fits_schema, not_offered_calls, tool_calls_of, unparsed_calls
 from .errors import GRPOMagicError
 from .params import GRPOParams
 from .reward import EnvReward
@@ -102,8 +102,12 @@ def degenerate_episodes(prepared: Any, reward: EnvReward, rows: list[dict[str, A
     return list(record.outcomes)
 
 
-def agent_stats(transcripts: list[list[dict[str, Any]]], offered: list[str] | None = None) -> dict[str, Any]:
+def agent_stats(transcripts: list[list[dict[str, Any]]], offered: list[str] | None = None,
+                schemas: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Tool use of the sampled episodes: who called a tool, how many calls failed, how many turns.
+
+    With the offered tools' ``schemas``, ``typed_call_share``: the share of episodes whose first call is to an
+    offered tool with arguments of its schema's types (``agent.fits_schema``), the call the tool can take.
 
     And what the episodes that called no offered tool did instead (``offered_call_share`` is the
     share that did): called tools not offered (``not_offered_calls``, by name in ``not_offered_names``,
@@ -121,6 +125,12 @@ def agent_stats(transcripts: list[list[dict[str, Any]]], offered: list[str] | No
                       or any(c["name"] in names for c in tool_calls_of(ts)) for ts in transcripts]
     unparsed = [unparsed_calls(ts) for ts in transcripts]
     errors = [t["content"] for ts in transcripts for t in ts if t.get("role") == "tool" and t.get("not_offered")]
+    typed: dict[str, Any] = {}
+    if schemas is not None:
+        by_name = {s.get("function", s).get("name"): s for s in schemas}
+        firsts = [next(iter(tool_calls_of(ts)), None) for ts in transcripts]
+        typed["typed_call_share"] = sum(1 for c in firsts if c is not None and c["name"] in by_name
+                                        and fits_schema(c["arguments"], by_name[c["name"]])) / episodes
     return {
         "offered_call_share": sum(called_offered) / episodes,
         "not_offered_calls": float(sum(len(m) for m in missing)),
@@ -135,6 +145,7 @@ def agent_stats(transcripts: list[list[dict[str, Any]]], offered: list[str] | No
         "tool_failure_share": failures / sum(calls) if sum(calls) else 0.0,
         "turns_mean": statistics.fmean(turns) if turns else 0.0,
         "turns_max": float(max(turns, default=0)),
+        **typed,
     }
 
 

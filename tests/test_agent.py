@@ -302,6 +302,9 @@ def test_check_reports_the_tool_use_of_an_agent_env(shell) -> None:
     assert 1.0 < agent["turns_mean"] <= 1 + 5  # an answer after the tool result, at most rl_max_tool_turns more
     assert all(len(g["transcripts"]) == 4 for g in report.groups)
     assert "tool use" in str(report) and "tool errors" in report._repr_html_()
+    # the first call fits weigh_parcel's schema (grams: an integer) in most episodes, and the check says so
+    assert 0.5 < agent["typed_call_share"] <= agent["offered_call_share"]
+    assert "typed calls" in report._repr_html_()
     assert report.valid == 16 and not report.errors
 
 

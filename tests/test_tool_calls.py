@@ -90,12 +90,35 @@ def test_the_corpus_schemas_are_what_trl_derives_from_type_hints() -> None:
 
 
 def test_fits_schema_checks_types_and_enums() -> None:
+    from transformers.utils import get_json_schema
+
+    from grpo_magic.agent import fits_schema
+
     schema = tiny_agent._schema("t", "T.", [("a", "integer", None), ("s", "enum", ["x", "y"])])
-    assert tiny_agent.fits_schema({"a": 3, "s": "x"}, schema)
-    assert not tiny_agent.fits_schema({"a": "3", "s": "x"}, schema)
-    assert not tiny_agent.fits_schema({"a": 3, "s": "z"}, schema)
-    assert not tiny_agent.fits_schema({"a": True, "s": "x"}, schema)
-    assert not tiny_agent.fits_schema({"a": 3}, schema)
+    assert fits_schema({"a": 3, "s": "x"}, schema)
+    assert not fits_schema({"a": "3", "s": "x"}, schema)
+    assert not fits_schema({"a": 3, "s": "z"}, schema)
+    assert not fits_schema({"a": True, "s": "x"}, schema)
+    assert not fits_schema({"a": 3}, schema)
+    assert not fits_schema('{"a": 3, "s": "x"}', schema)  # arguments TRL could not read as an object
+
+    def book(room: int, nights: float, guests: list[str], note: str | None = None) -> str:
+        """Book a room.
+
+        Args:
+            room: The room number.
+            nights: How many nights.
+            guests: Who stays.
+            note: Anything to add.
+        """
+        return ""
+
+    real = get_json_schema(book)  # what a user's typed tool method gives TRL
+    assert fits_schema({"room": 4, "nights": 2, "guests": ["Ann"]}, real)  # an optional argument left out
+    assert fits_schema({"room": 4, "nights": 1.5, "guests": [], "note": None}, real)
+    assert not fits_schema({"room": 4, "nights": 2, "guests": "Ann"}, real)
+    assert not fits_schema({"room": 4, "nights": 2, "guests": [], "floor": 3}, real)  # an argument it does not take
+    assert not fits_schema({"nights": 2, "guests": []}, real)  # a required one missing
     assert tiny_agent.parse_call('<tool_call>\n{"name": "t", "arguments": {"a": 1}}\n</tool_call>') == {
         "name": "t", "arguments": {"a": 1}}
     assert tiny_agent.parse_call('<tool_call>\n{"name": "t", "arguments": {"a": }\n</tool_call>') is None
@@ -139,7 +162,7 @@ def test_the_check_tells_why_tiny_agent_cannot_copy_one_letter_arguments(shell) 
 def test_tiny_agent_calls_the_tools_of_envs_it_has_never_seen(shell, name: str) -> None:
     """Envs named from the held-out lists (one integer, two arguments, an enum): through ``%grpo_check``, at least
     half of the sampled episodes call the offered tool with arguments of its schema's types."""
-    from grpo_magic.agent import tool_names, tool_schemas
+    from grpo_magic.agent import fits_schema, tool_names, tool_schemas
 
     shell.run_cell_magic("grpo_env", "", CELLS[name])
     cls = shell.user_ns[name]
@@ -148,9 +171,11 @@ def test_tiny_agent_calls_the_tools_of_envs_it_has_never_seen(shell, name: str) 
                                   "--rl-max-new-tokens 64")
     episodes = [t for g in report.groups for t in g["transcripts"]]
     firsts = [next((c for turn in t for c in turn.get("tool_calls") or []), None) for t in episodes]
-    typed = [c for c in firsts if c and c["name"] in schemas and tiny_agent.fits_schema(c["arguments"], schemas[c["name"]])]
+    typed = [c for c in firsts if c and c["name"] in schemas and fits_schema(c["arguments"], schemas[c["name"]])]
     print(name, len(typed), "of", len(episodes), report.agent)
     assert len(episodes) == 32 and len(typed) >= 16
+    assert report.agent["typed_call_share"] == len(typed) / 32  # the check reports it: a row of its own
+    assert f"{len(typed) / 32:.0%} of episodes made a first call to an offered tool" in str(report)
     assert report.agent["offered_call_share"] >= 0.5 and not report.agent["not_offered_calls"]
 
 

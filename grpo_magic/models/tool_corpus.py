@@ -64,6 +64,7 @@ import json
 import random
 from typing import Any
 
+from ..agent import fits_schema
 from .warmstart import Example
 
 #: v1's weather and time questions (envs/weather_agent.py's), a share of the corpus: cities that are one token in
@@ -380,21 +381,6 @@ def parse_call(text: str) -> dict[str, Any] | None:
     if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not isinstance(call.get("arguments"), dict):
         return None
     return call
-
-
-def fits_schema(arguments: dict[str, Any], schema: dict[str, Any]) -> bool:
-    """Every required argument there, no other, each of its JSON-schema type (an enum's value among its options)."""
-    props = schema["function"]["parameters"]["properties"]
-    if set(arguments) != set(props):
-        return False
-    for key, value in arguments.items():
-        kind, options = props[key]["type"], props[key].get("enum")
-        ok = {"integer": isinstance(value, int) and not isinstance(value, bool),
-              "number": isinstance(value, (int, float)) and not isinstance(value, bool),
-              "boolean": isinstance(value, bool), "string": isinstance(value, str)}[kind]
-        if not ok or (options is not None and value not in options):
-            return False
-    return True
 
 
 def check(model: Any, tokenizer: Any, size: int = 96) -> dict[str, Any]:
