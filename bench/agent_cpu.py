@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="check,build")
     parser.add_argument("--model", default="tiny-agent", help="the model of the check")
-    parser.add_argument("--temperature", type=float, default=1.5, help="rise: GRPO's sampling temperature")
+    parser.add_argument("--temperature", type=float, default=2.0, help="rise: GRPO's sampling temperature")
     parser.add_argument("--seed", type=int, default=1, help="rise: GRPO's seed")
     parser.add_argument("--save", default=None)
     parser.add_argument("--worker", help=argparse.SUPPRESS)

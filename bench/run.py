@@ -678,8 +678,9 @@ def worker_rescore(args: dict[str, Any]) -> dict[str, Any]:
 
 def worker_agent(args: dict[str, Any]) -> dict[str, Any]:
     """GRPO on an agent env through TRL's tool loop: tiny-agent learns to call the tool a request names among three
-    offered, on an env whose names it never saw (tests/agent_cells.py's ``BakeRotateBorrow``), sampled at 1.5."""
-    from grpo_magic import GRPOParams, train
+    offered, on an env whose names it never saw (tests/agent_cells.py's ``BakeRotateBorrow``), sampled at 2; a
+    quarter of the prompts held out, scored greedy before and after (``evaluate``), as tests/test_agent.py does."""
+    from grpo_magic import GRPOParams, evaluate, train
     from grpo_magic.models import resolve_model
     from grpo_magic.models.cache import build_info
     from tests.agent_cells import CELLS
@@ -689,20 +690,26 @@ def worker_agent(args: dict[str, Any]) -> dict[str, Any]:
     resolve_s = time.perf_counter() - t
     namespace: dict[str, Any] = {}
     exec(CELLS["BakeRotateBorrow"], namespace)  # noqa: S102 - the test suite's own env cell
+    env = namespace["BakeRotateBorrow"]()
     out = tempfile.mkdtemp(prefix="bench-agent-")
     params = GRPOParams(model="tiny-agent", project_name=out, max_steps=args["max_steps"], batch_size=32,
-                        rl_num_generations=8, rl_max_new_tokens=48, lr=3e-4, rl_kl_coef=0.0, rl_temperature=1.5,
-                        seed=args["seed"])
-    t = time.perf_counter()
+                        rl_num_generations=8, rl_max_new_tokens=48, lr=3e-4, rl_kl_coef=0.0, rl_temperature=2.0,
+                        seed=args["seed"], eval_split=0.25)
     with _silence():
-        run = train(params, namespace["BakeRotateBorrow"](), display=False)
-    seconds = time.perf_counter() - t
+        before = evaluate(env, "tiny-agent", eval_split=0.25, seed=args["seed"], greedy_only=True,
+                          rl_max_new_tokens=48)
+        t = time.perf_counter()
+        run = train(params, env, display=False)
+        seconds = time.perf_counter() - t
+        after = evaluate(env, run.output_dir, greedy_only=True, baseline=None)
     by_step: dict[int, list[bool]] = {}
     for g in run.groups:
         by_step.setdefault(g["step"], []).extend(s == 1.0 for s in g["scores"] if s is not None)
     shares = [round(sum(v) / len(v), 3) for _, v in sorted(by_step.items())]
     info = build_info(Path(path))
     return {"status": run.status, "shares": shares, "train_seconds": seconds, "resolve_seconds": resolve_s,
+            "held_out_prompts": before.summary["prompts"], "greedy_before": before.summary["greedy_mean"],
+            "greedy_after": after.summary["greedy_mean"],
             "build_seconds": info.get("build_seconds"), "tool_calls": [h.get("tools/call_frequency") for h in run.history]}
 
 
@@ -1064,6 +1071,10 @@ def bench_agent(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
     rises = [statistics.fmean(r["shares"][-5:]) - statistics.fmean(r["shares"][:3]) for r in runs]
     return {
         "agent_tool_use": {
+            "held_out_before": _spread([r["greedy_before"] for r in runs], 3),
+            "held_out_after": _spread([r["greedy_after"] for r in runs], 3),
+            "held_out_rise": _spread([r["greedy_after"] - r["greedy_before"] for r in runs], 3),
+            "held_out_prompts": runs[0]["held_out_prompts"],
             "first_3_steps": _spread([statistics.fmean(r["shares"][:3]) for r in runs], 3),
             "last_5_steps": _spread([statistics.fmean(r["shares"][-5:]) for r in runs], 3),
             "rise": _spread(rises, 3),
@@ -1072,8 +1083,10 @@ def bench_agent(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
             "seeds": cfg["seeds"], "shares_first_seed": runs[0]["shares"],
             "setting": {"env": "tests/agent_cells.py BakeRotateBorrow", "model": "tiny-agent", "max_steps": cfg["max_steps"],
                         "batch_size": 32, "rl_num_generations": 8, "rl_max_new_tokens": 48, "lr": 3e-4,
-                        "rl_kl_coef": 0.0, "rl_temperature": 1.5},
-            "timed": "share of episodes with the right tool and argument (score 1) per step, mean of the first 3 steps vs "
+                        "rl_kl_coef": 0.0, "rl_temperature": 2.0, "eval_split": 0.25},
+            "timed": "held_out_*: evaluate's greedy mean score on the held-out quarter of the prompts (1: the right tool "
+                     "with the right argument), the registered model before, the trained run after; first_3_steps / "
+                     "last_5_steps: the share of training episodes with score 1 per step, mean of the first 3 steps vs "
                      "the last 5; train_seconds: the whole train() call (TRL's tool loop, episodes, scoring); "
                      "tiny_agent_build_seconds: what the cache marker recorded when tiny-agent was built",
         }
@@ -1175,9 +1188,10 @@ def _summary_lines(r: dict[str, Any]) -> list[str]:
                          f"after the first 1k ({ {k: v for k, v in m.items() if k.startswith('traced')} })")
     if "agent_tool_use" in r:
         a = r["agent_tool_use"]
-        lines.append(f"agent tool use (tiny-agent) {a['first_3_steps']['median']} -> {a['last_5_steps']['median']} "
-                     f"correct calls in {a['setting']['max_steps']} steps (rise {a['rise']['median']}, "
-                     f"{a['train_seconds']['median']} s; tiny-agent built in {a['tiny_agent_build_seconds']} s)")
+        lines.append(f"agent tool use (tiny-agent) held-out greedy mean {a['held_out_before']['median']} -> "
+                     f"{a['held_out_after']['median']} in {a['setting']['max_steps']} steps (training episodes "
+                     f"{a['first_3_steps']['median']} -> {a['last_5_steps']['median']}, {a['train_seconds']['median']} s; "
+                     f"tiny-agent built in {a['tiny_agent_build_seconds']} s)")
     if "rescore_throughput" in r:
         rs = r["rescore_throughput"]
         lines.append(f"rescore completions/s     sequential {rs['sequential']['scoring_completions_per_s']}, threads "
@@ -1327,10 +1341,12 @@ def results_markdown(results: list[dict[str, Any]]) -> str:
                   f"back {_fmt(r['evaluate']['broke'])}")
     row("  evaluate seconds (2 models x 160 prompts x 5 episodes); in-run --eval-steps 30 share of train()", "",
         lambda r: f"{_fmt(r['evaluate']['evaluate_s'], ' s')}; {_fmt(r['evaluate']['in_run_eval_share'])}")
-    row("agent tool use: tiny-agent's right calls, three held-out-name tools, first 3 → last 5 steps", "rises",
-        lambda r: f"{_fmt(r['agent_tool_use']['first_3_steps'])} → {_fmt(r['agent_tool_use']['last_5_steps'])} "
-                  f"(rise {_fmt(r['agent_tool_use']['rise'])}) in {r['agent_tool_use']['setting']['max_steps']} steps, "
-                  f"seeds {r['agent_tool_use']['seeds']}")
+    row("agent tool use: tiny-agent, three held-out-name tools, held-out prompts' greedy mean, before → after", "rises",
+        lambda r: f"{_fmt(r['agent_tool_use']['held_out_before'])} → {_fmt(r['agent_tool_use']['held_out_after'])} "
+                  f"(rise {_fmt(r['agent_tool_use']['held_out_rise'])}) on {r['agent_tool_use']['held_out_prompts']} "
+                  f"prompts, {r['agent_tool_use']['setting']['max_steps']} steps, seeds {r['agent_tool_use']['seeds']}")
+    row("  training episodes with the right call, first 3 → last 5 steps", "",
+        lambda r: f"{_fmt(r['agent_tool_use']['first_3_steps'])} → {_fmt(r['agent_tool_use']['last_5_steps'])}")
     row("  agent run seconds (TRL's tool loop); tiny-agent build", "",
         lambda r: f"{_fmt(r['agent_tool_use']['train_seconds'], ' s')}; built in "
                   f"{r['agent_tool_use']['tiny_agent_build_seconds']} s")

@@ -321,8 +321,10 @@ def test_grpo_raises_the_share_of_right_tool_calls_on_an_env_with_held_out_names
     """tiny-agent on an env it has never seen (three tools named from the held-out lists, the request names one): it
     calls the named one only part of the time; 16 steps of GRPO raise the share of right calls on held-out prompts.
 
-    Sampled at temperature 1.5: tiny-agent's logits are doubled (``sharpen``), and at 1 most groups' eight episodes
-    make the same call, so that GRPO has no difference to learn from (bench/RESULTS-agent.md)."""
+    Sampled at temperature 2: tiny-agent's logits are doubled (``sharpen``), and at 1 most groups' eight episodes
+    make the same call, so that GRPO has no difference to learn from. At 1.5 the rise held on one machine's build
+    of tiny-agent and not on another's (a build is the same bytes on one machine, not across CPUs): at 2 both rose
+    (bench/RESULTS-agent.md, "Another CPU, other bytes")."""
     from grpo_magic import GRPOParams, evaluate, train
 
     namespace: dict = {}
@@ -330,7 +332,7 @@ def test_grpo_raises_the_share_of_right_tool_calls_on_an_env_with_held_out_names
     env = namespace["BakeRotateBorrow"]()
     before = evaluate(env, "tiny-agent", eval_split=0.25, seed=1, greedy_only=True, rl_max_new_tokens=48)
     params = GRPOParams(model="tiny-agent", max_steps=16, batch_size=32, rl_num_generations=8, rl_max_new_tokens=48,
-                        lr=3e-4, rl_kl_coef=0.0, rl_temperature=1.5, seed=1, eval_split=0.25,
+                        lr=3e-4, rl_kl_coef=0.0, rl_temperature=2.0, seed=1, eval_split=0.25,
                         project_name=str(tmp_path / "agent-rise"))
     run = train(params, env, display=False)
     assert run.status == "completed", run.reason

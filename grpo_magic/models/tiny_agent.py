@@ -11,7 +11,7 @@ the fine-tune at 0.5).
 What it does (bench/RESULTS-agent.md, "tiny-agent v2"): on envs named from held-out English words it never
 saw, sampled at temperature 1, the right call for a one-integer, a two-argument and an enum tool (1.0 / 0.78 /
 1.0); with three tools offered and one named, the right call a quarter to a half of the time (names that begin
-alike get mixed), which GRPO at temperature 1.5 raises on held-out prompts; a two-step request gets its first
+alike get mixed), which GRPO at temperature 2 raises on held-out prompts; a two-step request gets its first
 call right, then an answer instead of the second call. It copies what a request spells out (the tool's name in
 quotes, each argument as ``name value``); free-form requests and argument names that are one word-token of
 the vocabulary (``a``, ``city``) get calls that do not parse, and ``%grpo_check`` says so

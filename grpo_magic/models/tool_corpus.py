@@ -55,7 +55,7 @@ offered with the schema's types 0.64, right 0.56; the two-step env's first call 
 chain's first result it answers instead of calling the second tool (forced to call, it names the right tool but
 copies only the result's first token), two offered names that begin alike tie at their second token
 (``bake_lemon``, ``borrow_violin``), and GRPO at temperature 1 gets groups whose eight episodes mostly agree
-(the GRPO tests and lessons sample at 1.5).
+(the GRPO tests and lessons sample at 2).
 """
 
 from __future__ import annotations

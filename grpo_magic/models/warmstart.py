@@ -169,7 +169,11 @@ class WarmStart:
         return trainer
 
     def build(self, dest: pathlib.Path) -> dict[str, Any]:
-        """Fine-tune into ``dest``, deterministically; returns what the cache marker records.
+        """Fine-tune into ``dest``, deterministically on one machine; returns what the cache marker records.
+
+        Another CPU may build other bytes: the fine-tune grows the last-bit differences of its float kernels
+        (tiny-agent on an AMD EPYC and an Intel Xeon with AVX-512: bench/RESULTS-agent.md), so what a test
+        asserts of a built model must hold for any build of its recipe, not for one file.
 
         torch runs on ``threads`` threads meanwhile (at most the machine's cores), one by default:
         tiny-sized models gain little from a second, and on a busy machine OpenMP's spin-waiting made
