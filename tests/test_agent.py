@@ -294,18 +294,21 @@ def test_tool_results_are_masked_out_of_trls_loss_and_later_turns_are_trained(tm
 
 def test_check_reports_the_tool_use_of_an_agent_env(shell) -> None:
     shell.run_cell_magic("grpo_env", "", CELLS["WeighParcel"])  # a tool named from words tiny-agent never saw
-    report = shell.run_line_magic("grpo_check", "WeighParcel --model tiny-agent --samples 4 "
+    # 8 prompts, as the must-show's test (test_tool_calls.py): how often a build closes its call depends on the
+    # value (v2.1 here: p(</tool_call>) after the call's ``}}`` 0.17 to 0.99 over eight values), and the first
+    # four prompts alone ran 6 calls of 16 on one build (bench/RESULTS-agent.md, "v2.1")
+    report = shell.run_line_magic("grpo_check", "WeighParcel --model tiny-agent --samples 8 "
                                                 "--rl-num-generations 4 --rl-max-new-tokens 64")
     agent = report.agent
-    assert agent is not None and agent["episodes"] == 16
-    assert agent["tool_call_share"] > 0.5 and agent["tool_calls"] >= 8  # tiny-agent calls tools
+    assert agent is not None and agent["episodes"] == 32
+    assert agent["tool_call_share"] > 0.5 and agent["tool_calls"] >= 16  # tiny-agent calls tools
     assert 1.0 < agent["turns_mean"] <= 1 + 5  # an answer after the tool result, at most rl_max_tool_turns more
     assert all(len(g["transcripts"]) == 4 for g in report.groups)
     assert "tool use" in str(report) and "tool errors" in report._repr_html_()
     # the first call fits weigh_parcel's schema (grams: an integer) in most episodes, and the check says so
     assert 0.5 < agent["typed_call_share"] <= agent["offered_call_share"]
     assert "typed calls" in report._repr_html_()
-    assert report.valid == 16 and not report.errors
+    assert report.valid == 32 and not report.errors
 
 
 def correct_call_shares(run) -> list[float]:
