@@ -14,10 +14,10 @@ sampled at temperature 1 through ``%grpo_check``, the right call for a one-integ
 tool 0.75 / 0.88 / 0.5 of the time (v2's build: 1.0 / 0.5 / 0.94 on that machine, 1.0 / 0.78 / 1.0 on an AMD
 EPYC: builds differ across CPUs, and so do these figures); with three tools offered and one named, the right
 call seldom (greedy, 2 of 16 held-out prompts; v2 7; names that begin alike get mixed), which GRPO at
-temperature 2 raises (a held-out greedy mean of 0.125 before, 0.70-0.75 after 16 steps); a two-step request gets its first
-call right, then an answer instead of the second call. It copies what a request spells out (the tool's name in
-quotes, each argument as ``name value``); free-form requests and argument names that are one word-token of
-the vocabulary (``a``, ``city``) get calls that do not parse, and ``%grpo_check`` says so
+temperature 2 raises (a held-out greedy mean of 0.125 before, 0.70-0.75 after 16 steps); a two-step request
+gets its first call right, then an answer instead of the second call. It copies what a request spells out
+(the tool's name in quotes, each argument as ``name value``); free-form requests and argument names that are
+one word-token of the vocabulary (``a``, ``city``) get calls that do not parse, and ``%grpo_check`` says so
 (``check_agent.uncopyable_arguments``). The weather env's free-form questions are such a case: the rise v1 had
 there does not hold (its lesson moved to a held-out-name env: tests/test_agent.py, notebook 05).
 
