@@ -295,7 +295,7 @@ def test_tool_results_are_masked_out_of_trls_loss_and_later_turns_are_trained(tm
 def test_check_reports_the_tool_use_of_an_agent_env(shell) -> None:
     shell.run_cell_magic("grpo_env", "", CELLS["WeighParcel"])  # a tool named from words tiny-agent never saw
     # 8 prompts, as the must-show's test (test_tool_calls.py): how often a build closes its call depends on the
-    # value (v2.1 here: p(</tool_call>) after the call's ``}}`` 0.17 to 0.99 over eight values), and the first
+    # value (v2.1 here: p(</tool_call>) after the call's ``}}`` 0.17 to 1.0 over eight values), and the first
     # four prompts alone ran 6 calls of 16 on one build (bench/RESULTS-agent.md, "v2.1")
     report = shell.run_line_magic("grpo_check", "WeighParcel --model tiny-agent --samples 8 "
                                                 "--rl-num-generations 4 --rl-max-new-tokens 64")
