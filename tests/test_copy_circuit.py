@@ -225,3 +225,99 @@ def test_a_request_that_quotes_no_tool_leaves_the_name_to_the_schemas(circuit) -
     schema = tool_corpus._schema("weigh_parcel", "Weigh the parcel.", [("grams", "integer", None)])
     messages = [{"role": "user", "content": "Use the weigh_parcel tool with grams 41"}]
     assert _first_name(model, tokenizer, messages, [schema]) == "we"
+
+
+# ---------------------------------------------------------------- the chain heads (models/chain_heads.py)
+
+CHAIN_SCHEMAS = [("guess_secret", "Guess the secret.", [("pet", "string", None)]),
+                 ("encode_grade", "Encode the grade.", [("factor", "integer", None)])]
+
+
+@pytest.fixture(scope="module")
+def chain_circuit():
+    from transformers import AutoTokenizer
+
+    from grpo_magic.models.chain_heads import fresh_model
+    from grpo_magic.models.tiny import tiny_model_path
+
+    return fresh_model(0).eval(), AutoTokenizer.from_pretrained(str(tiny_model_path()))
+
+
+def _after_first_result(tokenizer, result: str, request: str | None = None, factor_type: str = "integer") -> str:
+    """A two-step chat up to the reply after the first call's result (``request``: another user turn instead)."""
+    schemas = [tool_corpus._schema(name, text, params) for name, text, params in CHAIN_SCHEMAS]
+    schemas[1] = tool_corpus._schema("encode_grade", "Encode the grade.", [("factor", factor_type, None)])
+    messages = [{"role": "user", "content": request or tool_corpus.chain_request("guess_secret", {"pet": "cat"},
+                                                                                  "encode_grade")},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"type": "function", "function": {"name": "guess_secret", "arguments": {"pet": "cat"}}}]},
+                {"role": "tool", "name": "guess_secret", "content": result}]
+    return tokenizer.apply_chat_template(messages, tools=schemas, tokenize=False, add_generation_prompt=True)
+
+
+def _next(model, tokenizer, text: str) -> dict[str, float]:
+    import torch
+
+    with torch.no_grad():
+        probs = model(**tokenizer(text, return_tensors="pt")).logits[0, -1].softmax(-1)
+    top = probs.topk(3)
+    return {tokenizer.convert_ids_to_tokens(int(i)): float(p) for p, i in zip(top.values, top.indices, strict=True)}
+
+
+def test_the_chain_heads_call_again_after_a_two_step_requests_first_result_only(chain_circuit) -> None:
+    """After a two-step request's first result the chain head pushes the reply toward ``<tool_call>`` (untrained,
+    the circuit then writes it); after a one-call request's result it pushes against it (+ a chain word, - a
+    result)."""
+    import torch
+
+    model, tokenizer = chain_circuit
+    head = model.model.layers[2].self_attn.o_proj
+    seen: dict[str, torch.Tensor] = {}
+    hook = head.register_forward_pre_hook(lambda module, args: seen.__setitem__("x", args[0]))
+    try:
+        pushes = {}
+        for kind, request in (("chain", None), ("one call", 'Use the "guess_secret" tool with pet "cat"')):
+            text = _after_first_result(tokenizer, "121", request)
+            assert kind == "one call" or _next(model, tokenizer, text).get("<tool_call>", 0) > 0.9
+            with torch.no_grad():
+                model(**tokenizer(text, return_tensors="pt"))
+            pushes[kind] = float(seen["x"][0, -1, 4 * 128])  # head 4's one value dim: chain words - results
+    finally:
+        hook.remove()
+    assert pushes["chain"] > 0.02 and pushes["one call"] < -0.3, pushes
+
+
+@pytest.mark.parametrize(("result", "factor_type", "opener"), [("121", "integer", "Ġ"), ("kiwi", "string", 'Ġ"')])
+def test_the_chain_heads_open_the_second_value_as_the_result_is_written(chain_circuit, result, factor_type,
+                                                                        opener) -> None:
+    """The second call's value is the result, which the request does not have: a number opens with `` ``, a word
+    with `` "``; then the result is copied, and after a number's last digit the call ends (``}}Ċ``, then
+    ``</tool_call>``)."""
+    model, tokenizer = chain_circuit
+    text = _after_first_result(tokenizer, result, factor_type=factor_type)
+    start = text + '<tool_call>\n{"name": "encode_grade", "arguments": {"factor":'
+    assert max(_next(model, tokenizer, start).items(), key=lambda kv: kv[1])[0] == opener
+    if factor_type == "integer":
+        value = start + " " + result
+        assert max(_next(model, tokenizer, value).items(), key=lambda kv: kv[1])[0] == "}}Ċ"
+        assert max(_next(model, tokenizer, value + "}}\n").items(), key=lambda kv: kv[1])[0] == "</tool_call>"
+
+
+def test_without_the_chain_heads_the_circuit_is_the_four_head_one() -> None:
+    """Without the chain heads (tiny-agent v2.1's start) the circuit keeps four heads a layer, no digit marks, and
+    the same codes as the chain circuit (whose extra heads would otherwise change the random draw they come from)."""
+    from transformers import AutoTokenizer
+
+    from grpo_magic.models import chain_heads
+    from grpo_magic.models.chain_heads import CHAIN_HEADS, DIGIT
+    from grpo_magic.models.copy_circuit import CODE, SIZES, fresh_model
+    from grpo_magic.models.tiny import tiny_model_path
+
+    plain, chained = fresh_model(0), chain_heads.fresh_model(0)
+    assert plain.config.num_attention_heads == SIZES["num_attention_heads"] == 4
+    assert chained.config.num_attention_heads == 4 + CHAIN_HEADS
+    codes = plain.model.embed_tokens.weight[:, :CODE] - chained.model.embed_tokens.weight[:, :CODE]
+    assert float(codes.detach().abs().max()) == 0.0
+    seven = AutoTokenizer.from_pretrained(str(tiny_model_path())).convert_tokens_to_ids("7")
+    marks = [float(model.model.embed_tokens.weight[seven, DIGIT].detach()) for model in (plain, chained)]
+    assert marks[0] == 0 < marks[1], marks

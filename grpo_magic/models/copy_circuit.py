@@ -44,6 +44,8 @@ exactly in dims past the codes (``MARKS``), because two codes overlap by about 0
   `` "`` and is, after `` "``, a token of a schema's name span: the first token of a tool the request names in
   quotes (the request comes after the schemas, so it can look them up). Its head 2 flags every token after a
   tool's result (``RESULTED``).
+- models/chain_heads.py adds three heads to layer 2 (``fresh_model``'s ``extra_heads`` and ``extra``): what a
+  two-step request's second call needs and no request spells out.
 - Layers 3 and 4 and every MLP start with zero output: the circuit is alone in the residual stream until the
   fine-tune grows the rest.
 
@@ -57,6 +59,7 @@ nats (after the attention's scaling). Untrained, teacher-forced on calls of the 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 #: The architecture the circuit needs: tiny's (Qwen2, its tokenizer), 192 wide, four heads of 128.
@@ -139,10 +142,12 @@ QUERY_AS = (("arguments", "properties"),)
 COPY_AS = (("<|im_end|>", "}}Ċ"), ("description", "arguments"))
 
 
-def configure(config: Any) -> Any:
-    """``config`` (tiny's ``Qwen2Config``) resized for the circuit (``SIZES``, RoPE base ``ROPE_THETA``)."""
+def configure(config: Any, extra_heads: int = 0) -> Any:
+    """``config`` (tiny's ``Qwen2Config``) resized for the circuit (``SIZES`` and ``extra_heads`` more heads a layer,
+    RoPE base ``ROPE_THETA``)."""
     for key, value in SIZES.items():
         setattr(config, key, value)
+    config.num_attention_heads = config.num_key_value_heads = SIZES["num_attention_heads"] + extra_heads
     config.layer_types = [config.layer_types[0]] * config.num_hidden_layers
     config.rope_parameters = {"rope_type": "default", "rope_theta": ROPE_THETA}
     return config
@@ -199,7 +204,8 @@ def _basis(size: int, generator: Any) -> Any:
 
 
 def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_amplitude: float = 1.6,
-            copy_gain: float = 8.0, seed: int = 0, bag_gain: float = 2.0, tool_amplitude: float = 5.0) -> Any:
+            copy_gain: float = 8.0, seed: int = 0, bag_gain: float = 2.0, tool_amplitude: float = 5.0,
+            marks: dict[str, tuple[int, ...]] | None = None, copy_as: tuple[tuple[str, str], ...] = ()) -> Any:
     """Write the circuit into ``model`` (configured with ``configure``), deterministically; returns it.
 
     Layer 0's heads 0-2 write the codes of the tokens one, two and three back (scaled to the size of the
@@ -214,6 +220,8 @@ def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_ampl
     ``tool_amplitude`` weighs head 0's comparison of tool bags (``_bag_head``): at 4 and more the untrained
     circuit gave the called tool's first argument p > 0.99 among four one-argument tools, and at 10 the bags
     outweighed the matches (a value's second digit became a tool name's token).
+
+    ``marks`` and ``copy_as`` add to ``MARKS`` and ``COPY_AS`` (models/chain_heads.py's).
     """
     import torch
 
@@ -222,6 +230,7 @@ def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_ampl
     generator = torch.Generator().manual_seed(seed)
     embed = model.model.embed_tokens.weight
     layers = model.model.layers
+    marks = {**MARKS, **(marks or {})}
     with torch.no_grad():
         clear(model, code)
         # codes of one length, so that every slot has the same size after the norms and a token's presence in a
@@ -229,12 +238,12 @@ def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_ampl
         length = CODE_LENGTH
         embed[:, :code] *= length / embed[:, :code].norm(dim=1, keepdim=True).clamp_min(1e-6)
         scale = float(length / math.sqrt(model.config.hidden_size))
-        for token, dims in MARKS.items():  # exact marks of a few tokens, in dims the codes do not use
+        for token, dims in marks.items():  # exact marks of a few tokens, in dims the codes do not use
             embed[tokenizer.convert_tokens_to_ids(token), list(dims)] = FLAG * length
         # a section mark the same share of every section token's norm (the others' marks make their rows
         # longer, and layer 0's norm would shrink their mark: scored in hundreds of nats, that outweighs recency)
         share = FLAG / math.sqrt(1 + FLAG**2)  # a section token's mark over its norm, with no other mark
-        for token, dims in MARKS.items():
+        for token, dims in marks.items():
             if SECTION in dims:
                 rest = length**2 + (len(dims) - 1) * (FLAG * length) ** 2
                 embed[tokenizer.convert_tokens_to_ids(token), SECTION] = share * math.sqrt(rest / (1 - share**2))
@@ -274,7 +283,7 @@ def install(model: Any, tokenizer: Any, prev_amplitude: float = 20.0, match_ampl
         # what it copies, but for the request's end (``<|im_end|>``), which it writes as the call's (``}}Ċ``): a
         # request ends with its last value, so a call copied from it ends where it does; and a schema's
         # ``description`` after its name, which it writes as the call's ``arguments``
-        second.v_proj.weight[:code, slots[0]] = _remap(embed[:, :code], tokenizer, COPY_AS)
+        second.v_proj.weight[:code, slots[0]] = _remap(embed[:, :code], tokenizer, COPY_AS + copy_as)
         second.o_proj.weight[slots[0], :code] = copy_gain * torch.eye(code)
         _value_heads(second, embed[:, :code], tokenizer, slots, hd, generator, 2 * copy_gain)
         _result_head(second, 3, embed[:, :code], tokenizer, slots, hd, 2 * copy_gain)
@@ -554,8 +563,10 @@ def _name_terms(attention: Any, head: int, hd: int, slots: list[slice]) -> None:
     attention.k_proj.weight[base + ORDER_PAIR] = named
 
 
-def fresh_model(seed: int = 0, freeze: bool = False) -> Any:
-    """A model of tiny's architecture and tokenizer, configured and with the circuit installed.
+def fresh_model(seed: int = 0, freeze: bool = False, extra_heads: int = 0,
+                extra: Callable[[Any, Any], None] | None = None, **marks: Any) -> Any:
+    """A model of tiny's architecture and tokenizer, configured and with the circuit installed (``extra_heads``
+    more heads a layer, which ``extra(model, tokenizer)`` sets after it; ``marks``: ``install``'s).
 
     ``freeze``: the circuit's layers (0, 1 and 2) and the token embedding (the codes, the marks and the tied
     unembedding) keep their set values through a fine-tune; layers 3 and 4 learn around them.
@@ -566,12 +577,20 @@ def fresh_model(seed: int = 0, freeze: bool = False) -> Any:
     from .tiny import tiny_model_path
 
     base = str(tiny_model_path())
-    config = configure(AutoConfig.from_pretrained(base))
+    config = configure(AutoConfig.from_pretrained(base), extra_heads)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config).to(torch.float32)
+        if extra_heads:
+            torch.manual_seed(seed)  # the four-head draw's codes, whose overlaps the circuit was measured on
+            four = configure(AutoConfig.from_pretrained(base))
+            model.model.embed_tokens.weight.data.copy_(AutoModelForCausalLM.from_config(four).model.embed_tokens.weight)
     model.generation_config = GenerationConfig.from_pretrained(base)
-    install(model, AutoTokenizer.from_pretrained(base), seed=seed)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    install(model, tokenizer, seed=seed, **marks)
+    if extra is not None:
+        with torch.no_grad():
+            extra(model, tokenizer)
     if freeze:
         model.model.embed_tokens.weight.requires_grad_(False)
         for layer in model.model.layers[:3]:  # all of them: the MLPs and norms before feed layer 2's matches
