@@ -15,11 +15,13 @@ tool 0.75 / 0.88 / 0.5 of the time (v2's build: 1.0 / 0.5 / 0.94 on that machine
 EPYC: builds differ across CPUs, and so do these figures); with three tools offered and one named, the right
 call seldom (greedy, 2 of 16 held-out prompts; v2 7; names that begin alike get mixed), which GRPO at
 temperature 2 raises (a held-out greedy mean of 0.125 before, 0.70-0.75 after 16 steps); a two-step request
-gets its first call right, then an answer instead of the second call. It copies what a request spells out
-(the tool's name in quotes, each argument as ``name value``); free-form requests and argument names that are
-one word-token of the vocabulary (``a``, ``city``) get calls that do not parse, and ``%grpo_check`` says so
-(``check_agent.uncopyable_arguments``). The weather env's free-form questions are such a case: the rise v1 had
-there does not hold (its lesson moved to a held-out-name env: tests/test_agent.py, notebook 05).
+gets its first call right, then an answer instead of the second call (``CHAIN_RECIPE``, the recipe from the
+circuit with its chain heads, makes the second call: not registered, its GRPO rise on the three-tool env is
+gone). It copies what a request spells out (the tool's name in quotes, each argument as ``name value``);
+free-form requests and argument names that are one word-token of the vocabulary (``a``, ``city``) get calls
+that do not parse, and ``%grpo_check`` says so (``check_agent.uncopyable_arguments``). The weather env's
+free-form questions are such a case: the rise v1 had there does not hold (its lesson moved to a held-out-name
+env: tests/test_agent.py, notebook 05).
 
 v1 (two tools, ``get_weather`` and ``get_time``, one argument) called those two whatever its prompt offered:
 no env a user wrote could be tried on it (its recipe is a test fixture now: tests/weather_caller.py).
@@ -27,6 +29,7 @@ no env a user wrote could be tried on it (its recipe is a test fixture now: test
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 from typing import Any
 
@@ -59,6 +62,15 @@ RECIPE = WarmStart(
     check=tool_corpus.check,
     description="calls to the tools its prompt offers, about three minutes on 2 CPU cores",
 )
+
+
+#: ``RECIPE`` started from the circuit with layer 2's chain heads (models/chain_heads.py): a two-step
+#: request gets its second call (``GuessThenEncode``: both calls right in 8 of 32 sampled episodes, the one-call
+#: envs 1.0 / 1.0 / 1.0), but GRPO no longer raises the three-tool env's right calls (0.69 -> 0.69: it writes
+#: ``borrow_violin`` for every ``bake_lemon`` request). Not registered: tests/test_tool_calls.py and
+#: ``bench/agent_cpu.py --only chain`` build it (bench/RESULTS-agent.md, "the second call").
+CHAIN_RECIPE = dataclasses.replace(RECIPE, version="tiny-agent-chain-v1", start=tool_corpus.chain_circuit_start,
+                                   description="tiny-agent's recipe with the chain heads (not registered)")
 
 
 def tiny_agent_path() -> pathlib.Path:
