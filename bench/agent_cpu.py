@@ -18,6 +18,11 @@
   a quarter of its prompts held out (``eval_split``): ``evaluate``'s greedy mean score on them before and after
   (1 for the right call, 0.2 for another), the share of training episodes that scored 1 per step, and seconds.
 
+- chain: the same recipe with layer 2's chain heads (models/chain_heads.py, ``tiny_agent.CHAIN_RECIPE``; not
+  the registered ``tiny-agent``), built once into a new folder (seconds, sha256), then ``check`` and ``rise``
+  on it: whether a two-step request gets its second call (``GuessThenEncode``: both calls right) and what it costs the rest.
+  ``--save`` it to its own file (bench/results-agent-chain.json).
+
 Each part runs in a fresh subprocess. Benchmarks are scripts, never timed test assertions.
 """
 
@@ -75,6 +80,14 @@ def worker_build(args: dict[str, Any]) -> dict[str, Any]:
             "steps": info.get("steps"), "train_loss": info.get("train_loss")}
 
 
+def worker_chain_build(args: dict[str, Any]) -> dict[str, Any]:
+    from grpo_magic.models.tiny_agent import CHAIN_RECIPE
+
+    info = CHAIN_RECIPE.build(Path(args["dest"]))
+    digest = hashlib.sha256((Path(args["dest"]) / "model.safetensors").read_bytes()).hexdigest()
+    return {"sha256": digest, "build_seconds": info.get("build_seconds"), "check": info.get("check")}
+
+
 def _shell() -> Any:
     from IPython.core.interactiveshell import InteractiveShell
 
@@ -92,7 +105,9 @@ def worker_check(args: dict[str, Any]) -> dict[str, Any]:
     for name in ("WeighParcel", "ReserveHarbor", "PaintGarden", "GuessThenEncode"):
         shell.run_cell_magic("grpo_env", "", CELLS[name])
         started = time.perf_counter()
-        report = shell.run_line_magic("grpo_check", f"{name} --model {args['model']} {CHECK_ARGS}")
+        # two calls and a result do not fit in 64 new tokens (the second call was cut short)
+        budget = " --rl-max-new-tokens 128" if name == "GuessThenEncode" else ""
+        report = shell.run_line_magic("grpo_check", f"{name} --model {args['model']} {CHECK_ARGS}{budget}")
         seconds = time.perf_counter() - started
         episodes = [t for g in report.groups for t in g["transcripts"]]
         scores = [s for g in report.scores for s in g]
@@ -155,6 +170,14 @@ def main(argv: list[str] | None = None) -> int:
                   for _ in range(2)]
         results["build"] = {"runs": builds, "same_bytes": builds[0]["sha256"] == builds[1]["sha256"]}
         print("build:", json.dumps(results["build"]), flush=True)
+    if "chain" in parts:
+        dest = str(Path(tempfile.mkdtemp(prefix="bench-agent-chain-")) / "model")
+        results["chain"] = {"build": _worker("chain_build", {"dest": dest})}
+        print("chain build:", json.dumps(results["chain"]["build"]), flush=True)
+        results["chain"]["check"] = _worker("check", {"model": dest})
+        print("chain check:", json.dumps(results["chain"]["check"]), flush=True)
+        results["chain"]["rise"] = _worker("rise", {"model": dest, "seed": args.seed, "temperature": args.temperature})
+        print("chain rise:", json.dumps(results["chain"]["rise"]), flush=True)
     if "check" in parts:
         results["check"] = {"model": args.model, **_worker("check", {"model": args.model})}
         print("check:", json.dumps(results["check"]), flush=True)
