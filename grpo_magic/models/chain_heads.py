@@ -1,5 +1,5 @@
-"""Layer 2's chain heads: what a two-step request's second call needs that no
-request spells out, set by hand like the rest of the circuit (models/copy_circuit.py).
+"""Layer 2's chain heads: what a two-step request's second call needs that no request spells out, set by hand
+like the rest of the circuit (models/copy_circuit.py).
 
 A two-step request (``Use "b" on the result of "a" with x 3``) needs, after the first call's result, a second
 call whose value is that result. Fine-tuned from the four-head circuit, tiny-agent v2.1 answered there instead
@@ -11,8 +11,9 @@ opened 30 of 44 second values with the wrong opener (the request has none to cop
 - ``_opener_head`` (head 5): the second value's opener, `` `` before a digit, `` "`` before a word;
 - ``_close_head`` (head 6): ``</tool_call>`` after a call's ``}}Ċ``.
 
-Head 0 also writes a result's ``Ċ`` as the call's ``}}Ċ`` (``copy_circuit.CHAIN_COPY_AS``), so that a value
-copied from a result ends the call.
+Head 0 also writes a result's ``Ċ`` as the call's ``}}Ċ`` (``CHAIN_COPY_AS``), so that a value copied from a
+result ends the call. Fine-tuned from them with tiny-agent's recipe (``tiny_agent.CHAIN_RECIPE``), the model
+makes both calls of a two-step env in a quarter of sampled episodes (bench/RESULTS-agent.md, "the second call").
 """
 
 from __future__ import annotations
