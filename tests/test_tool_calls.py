@@ -183,7 +183,7 @@ def test_the_chain_heads_give_a_two_step_env_episodes_with_both_calls_in_order(s
     """``GuessThenEncode``: ``encode_grade`` must be called with what ``guess_secret`` returned (121 to 135, three
     tokens the request does not have). tiny-agent v2.1 answers after the first result (no episode makes both
     calls); ``tiny_agent.CHAIN_RECIPE`` (the same recipe from the circuit with its chain heads, not registered:
-    about three minutes to build) makes both calls right, in order, in some sampled episodes of ``%grpo_check``
+    200-220 s to build here) makes both calls right, in order, in some sampled episodes of ``%grpo_check``
     (the env scores them 1, the first call alone 0.5). 128 new tokens: two calls and a result do not fit in 64."""
     from grpo_magic.models.tiny_agent import CHAIN_RECIPE
 
