@@ -255,6 +255,11 @@ def _after_first_result(tokenizer, result: str, request: str | None = None, fact
     return tokenizer.apply_chat_template(messages, tools=schemas, tokenize=False, add_generation_prompt=True)
 
 
+def _argmax(model, tokenizer, text: str) -> str:
+    """The token the model writes next after ``text``, greedy."""
+    return max(_next(model, tokenizer, text).items(), key=lambda kv: kv[1])[0]
+
+
 def _next(model, tokenizer, text: str) -> dict[str, float]:
     import torch
 
@@ -296,11 +301,11 @@ def test_the_chain_heads_open_the_second_value_as_the_result_is_written(chain_ci
     model, tokenizer = chain_circuit
     text = _after_first_result(tokenizer, result, factor_type=factor_type)
     start = text + '<tool_call>\n{"name": "encode_grade", "arguments": {"factor":'
-    assert max(_next(model, tokenizer, start).items(), key=lambda kv: kv[1])[0] == opener
+    assert _argmax(model, tokenizer, start) == opener
     if factor_type == "integer":
         value = start + " " + result
-        assert max(_next(model, tokenizer, value).items(), key=lambda kv: kv[1])[0] == "}}Ċ"
-        assert max(_next(model, tokenizer, value + "}}\n").items(), key=lambda kv: kv[1])[0] == "</tool_call>"
+        assert _argmax(model, tokenizer, value) == "}}Ċ"
+        assert _argmax(model, tokenizer, value + "}}\n") == "</tool_call>"
 
 
 def test_without_the_chain_heads_the_circuit_is_the_four_head_one() -> None:

@@ -564,9 +564,10 @@ def _name_terms(attention: Any, head: int, hd: int, slots: list[slice]) -> None:
 
 
 def fresh_model(seed: int = 0, freeze: bool = False, extra_heads: int = 0,
-                extra: Callable[[Any, Any], None] | None = None, **marks: Any) -> Any:
+                extra: Callable[[Any, Any], None] | None = None, **install_args: Any) -> Any:
     """A model of tiny's architecture and tokenizer, configured and with the circuit installed (``extra_heads``
-    more heads a layer, which ``extra(model, tokenizer)`` sets after it; ``marks``: ``install``'s).
+    more heads a layer, which ``extra(model, tokenizer)`` sets after it; ``install_args``: ``install``'s ``marks``
+    and ``copy_as``).
 
     ``freeze``: the circuit's layers (0, 1 and 2) and the token embedding (the codes, the marks and the tied
     unembedding) keep their set values through a fine-tune; layers 3 and 4 learn around them.
@@ -587,7 +588,7 @@ def fresh_model(seed: int = 0, freeze: bool = False, extra_heads: int = 0,
             model.model.embed_tokens.weight.data.copy_(AutoModelForCausalLM.from_config(four).model.embed_tokens.weight)
     model.generation_config = GenerationConfig.from_pretrained(base)
     tokenizer = AutoTokenizer.from_pretrained(base)
-    install(model, tokenizer, seed=seed, **marks)
+    install(model, tokenizer, seed=seed, **install_args)
     if extra is not None:
         with torch.no_grad():
             extra(model, tokenizer)
