@@ -179,16 +179,13 @@ def test_tiny_agent_calls_the_tools_of_envs_it_has_never_seen(shell, name: str) 
     assert report.agent["offered_call_share"] >= 0.5 and not report.agent["not_offered_calls"]
 
 
-def test_the_chain_heads_give_a_two_step_env_episodes_with_both_calls_in_order(shell) -> None:
+def test_a_two_step_env_gets_episodes_with_both_calls_in_order(shell) -> None:
     """``GuessThenEncode``: ``encode_grade`` must be called with what ``guess_secret`` returned (121 to 135, three
-    tokens the request does not have). tiny-agent v2.1 answers after the first result (no episode makes both
-    calls); ``tiny_agent.CHAIN_RECIPE`` (the same recipe from the circuit with its chain heads, not registered:
-    200-220 s to build here) makes both calls right, in order, in some sampled episodes of ``%grpo_check``
-    (the env scores them 1, the first call alone 0.5). 128 new tokens: two calls and a result do not fit in 64."""
-    from grpo_magic.models.tiny_agent import CHAIN_RECIPE
-
+    tokens the request does not have). tiny-agent (v2.2: fine-tuned from the circuit with its chain heads) makes
+    both calls right, in order, in some sampled episodes of ``%grpo_check`` (the env scores them 1, the first call
+    alone 0.5; v2.1 made none). 128 new tokens: two calls and a result do not fit in 64."""
     shell.run_cell_magic("grpo_env", "", CELLS["GuessThenEncode"])
-    report = shell.run_line_magic("grpo_check", f"GuessThenEncode --model {CHAIN_RECIPE.path()} --samples 8 "
+    report = shell.run_line_magic("grpo_check", "GuessThenEncode --model tiny-agent --samples 8 "
                                   "--rl-num-generations 4 --rl-max-new-tokens 128")
     episodes = [t for g in report.groups for t in g["transcripts"]]
     pairs = [[c for turn in t for c in turn.get("tool_calls") or []][:2] for t in episodes]

@@ -12,8 +12,9 @@ opened 30 of 44 second values with the wrong opener (the request has none to cop
 - ``_close_head`` (head 6): ``</tool_call>`` after a call's ``}}Ċ``.
 
 Head 0 also writes a result's ``Ċ`` as the call's ``}}Ċ`` (``CHAIN_COPY_AS``), so that a value copied from a
-result ends the call. Fine-tuned from them with tiny-agent's recipe (``tiny_agent.CHAIN_RECIPE``), the model
-makes both calls of a two-step env in a quarter of sampled episodes (bench/RESULTS-agent.md, "the second call").
+result ends the call. Fine-tuned from them with tiny-agent's recipe (``tool_corpus.circuit_start``: tiny-agent
+v2.2), the model makes both calls of a two-step env in a quarter of sampled episodes (bench/RESULTS-agent.md,
+"the second call").
 """
 
 from __future__ import annotations

@@ -52,11 +52,11 @@ end calls where the request did not. A two-step request names the outer tool fir
 on the one-integer, two-argument, enum and three-tool envs: seed 0 1.0 / 0.78 / 1.0 / 0.25 (held-out check:
 offered with the schema's types 0.64, right 0.56; the two-step env's first call right 1.0), seed 1 0.97 / 0.59 /
 0.47 / 0.59 (0.61, 0.52; 0.75). Registered as ``tiny-agent`` v2 with seed 0; v2.1 reads the same chats in
-length-grouped batches (a build of 170 s instead of 300, bench/RESULTS-agent.md, "v2.1"). What it does not do
-yet: after a chain's first result it answers instead of calling the second tool (the circuit's chain heads,
-``chain_circuit_start``, make that call: ``tiny_agent.CHAIN_RECIPE``, not registered), two offered names that
-begin alike tie at their second token (``bake_lemon``, ``borrow_violin``), and GRPO at temperature 1 gets
-groups whose eight episodes mostly agree (the GRPO tests and lessons sample at 2).
+length-grouped batches (a build of 170 s instead of 300, bench/RESULTS-agent.md, "v2.1"). After a chain's first
+result, fine-tuned from the four-head circuit, it answered instead of calling the second tool; v2.2 starts from
+the circuit with layer 2's chain heads (``circuit_start``), which make that call (bench/RESULTS-agent.md, "the
+second call"). What it does not do yet: two offered names that begin alike tie at their second token
+(``bake_lemon``, ``borrow_violin``: v2.2 writes the second for both).
 """
 
 from __future__ import annotations
@@ -440,15 +440,8 @@ def recipe_corpus(seed: int) -> list[Example]:
 
 
 def circuit_start(seed: int) -> Any:
-    """Where ``tiny-agent``'s fine-tune starts: a fresh model with the copy circuit, frozen (models/copy_circuit.py)."""
-    from .copy_circuit import fresh_model
-
-    return fresh_model(seed, freeze=True)
-
-
-def chain_circuit_start(seed: int) -> Any:
-    """``circuit_start`` with layer 2's chain heads (models/chain_heads.py): a two-step request's second call
-    (whether to make it, its value's opener, its end)."""
+    """Where ``tiny-agent``'s fine-tune starts: a fresh model with the copy circuit (models/copy_circuit.py) and
+    layer 2's chain heads (models/chain_heads.py: a two-step request's second call), frozen."""
     from .chain_heads import fresh_model
 
     return fresh_model(seed, freeze=True)
