@@ -2,7 +2,7 @@
 
     python bench/agent_cpu.py --only check                 # tiny-agent on the held-out-name envs
     python bench/agent_cpu.py --only build                 # the general tool-caller recipe, built twice
-    python bench/agent_cpu.py --only rise --model /tmp/model   # GRPO on the three-tool env from a built model
+    python bench/agent_cpu.py --only rise --model /tmp/model   # GRPO on the two-step env with a distractor
     python bench/agent_cpu.py --save bench/results-agent.json
 
 - check: ``%grpo_check`` (``--model``, default tiny-agent) on the ``%%grpo_env`` cells of
@@ -10,18 +10,14 @@
   share of sampled episodes whose first call parsed, named an offered tool and had arguments of its
   schema's types, the share with score 1 (the right call; for the two-step env both calls in order), and
   the check's own figures (calls to tools not offered, calls that did not parse).
-- build: ``tiny-agent``'s recipe (models/tiny_agent.py, v2: the general tool caller) built
+- build: ``tiny-agent``'s recipe (models/tiny_agent.py, v2.2: the general tool caller) built
   in two fresh processes (``GRPO_MAGIC_CACHE`` a new temporary folder each), wall and CPU seconds of each,
   timed from outside, whether the two ``model.safetensors`` are the same bytes, and its ``check``.
 - rise: GRPO (``train``, 16 steps of 32 episodes, 8 a prompt, lr 3e-4, no KL, temperature ``--temperature``)
-  from ``--model`` on tests/agent_cells.py's ``BakeRotateBorrow`` (three tools offered, the request names one),
-  a quarter of its prompts held out (``eval_split``): ``evaluate``'s greedy mean score on them before and after
-  (1 for the right call, 0.2 for another), the share of training episodes that scored 1 per step, and seconds.
-
-- chain: the same recipe with layer 2's chain heads (models/chain_heads.py, ``tiny_agent.CHAIN_RECIPE``; not
-  the registered ``tiny-agent``), built once into a new folder (seconds, sha256), then ``check`` and ``rise``
-  on it: whether a two-step request gets its second call (``GuessThenEncode``: both calls right) and what it costs the rest.
-  ``--save`` it to its own file (bench/results-agent-chain.json).
+  from ``--model`` on ``--env``, a cell of tests/agent_cells.py (``RISE_ENVS``: ``GuessEncodeGreet``, a two-step
+  request with a distractor tool, the test's and notebook 05's; ``BakeRotateBorrow``, three tools, the request
+  names one, v2.1's), a quarter of its prompts held out (``eval_split``): ``evaluate``'s greedy mean score on
+  them before and after, the share of training episodes that scored 1 per step, and seconds.
 
 Each part runs in a fresh subprocess. Benchmarks are scripts, never timed test assertions.
 """
@@ -43,6 +39,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 MARK = "@@AGENT_BENCH "
 CHECK_ARGS = "--samples 8 --rl-num-generations 4 --rl-max-new-tokens 64"
+#: The rise's envs and their new tokens a completion (two calls and a result do not fit in 64).
+RISE_ENVS = {"GuessEncodeGreet": 128, "BakeRotateBorrow": 48}
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -78,14 +76,6 @@ def worker_build(args: dict[str, Any]) -> dict[str, Any]:
     info = RECIPE.info()
     return {"sha256": digest, "build_seconds": info.get("build_seconds"), "check": info.get("check"),
             "steps": info.get("steps"), "train_loss": info.get("train_loss")}
-
-
-def worker_chain_build(args: dict[str, Any]) -> dict[str, Any]:
-    from grpo_magic.models.tiny_agent import CHAIN_RECIPE
-
-    info = CHAIN_RECIPE.build(Path(args["dest"]))
-    digest = hashlib.sha256((Path(args["dest"]) / "model.safetensors").read_bytes()).hexdigest()
-    return {"sha256": digest, "build_seconds": info.get("build_seconds"), "check": info.get("check")}
 
 
 def _shell() -> Any:
@@ -126,12 +116,15 @@ def worker_rise(args: dict[str, Any]) -> dict[str, Any]:
     from tests.agent_cells import CELLS
 
     namespace: dict[str, Any] = {}
-    exec(CELLS["BakeRotateBorrow"], namespace)  # noqa: S102 - the test suite's own env cell
-    env = namespace["BakeRotateBorrow"]()
-    params = GRPOParams(model=args["model"], max_steps=16, batch_size=32, rl_num_generations=8, rl_max_new_tokens=48,
+    name = args["env"]
+    exec(CELLS[name], namespace)  # noqa: S102 - the test suite's own env cell
+    env = namespace[name]()
+    tokens = RISE_ENVS[name]
+    params = GRPOParams(model=args["model"], max_steps=16, batch_size=32, rl_num_generations=8, rl_max_new_tokens=tokens,
                         lr=3e-4, rl_kl_coef=0.0, rl_temperature=args["temperature"], seed=args["seed"],
                         eval_split=0.25, project_name=tempfile.mkdtemp(prefix="bench-agent-rise-"))
-    before = evaluate(env, args["model"], eval_split=0.25, seed=args["seed"], greedy_only=True, rl_max_new_tokens=48)
+    before = evaluate(env, args["model"], eval_split=0.25, seed=args["seed"], greedy_only=True,
+                      rl_max_new_tokens=tokens)
     started = time.perf_counter()
     run = train(params, env, display=False)
     seconds = time.perf_counter() - started
@@ -139,7 +132,7 @@ def worker_rise(args: dict[str, Any]) -> dict[str, Any]:
     by_step: dict[int, list[bool]] = {}
     for group in run.groups:
         by_step.setdefault(group["step"], []).extend(s == 1.0 for s in group["scores"] if s is not None)
-    return {"status": run.status, "temperature": args["temperature"], "seed": args["seed"],
+    return {"env": name, "status": run.status, "temperature": args["temperature"], "seed": args["seed"],
             "train_seconds": round(seconds, 1), "held_out_prompts": before.summary["prompts"],
             "greedy_before": before.summary["greedy_mean"], "greedy_after": after.summary["greedy_mean"],
             "right_share_by_step": [round(sum(v) / len(v), 3) for _, v in sorted(by_step.items())]}
@@ -152,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="check,build")
     parser.add_argument("--model", default="tiny-agent", help="the model of the check")
-    parser.add_argument("--temperature", type=float, default=2.0, help="rise: GRPO's sampling temperature")
+    parser.add_argument("--env", default="GuessEncodeGreet", choices=sorted(RISE_ENVS), help="rise: the env")
+    parser.add_argument("--temperature", type=float, default=1.0, help="rise: GRPO's sampling temperature")
     parser.add_argument("--seed", type=int, default=1, help="rise: GRPO's seed")
     parser.add_argument("--save", default=None)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -170,20 +164,12 @@ def main(argv: list[str] | None = None) -> int:
                   for _ in range(2)]
         results["build"] = {"runs": builds, "same_bytes": builds[0]["sha256"] == builds[1]["sha256"]}
         print("build:", json.dumps(results["build"]), flush=True)
-    if "chain" in parts:
-        dest = str(Path(tempfile.mkdtemp(prefix="bench-agent-chain-")) / "model")
-        results["chain"] = {"build": _worker("chain_build", {"dest": dest})}
-        print("chain build:", json.dumps(results["chain"]["build"]), flush=True)
-        results["chain"]["check"] = _worker("check", {"model": dest})
-        print("chain check:", json.dumps(results["chain"]["check"]), flush=True)
-        results["chain"]["rise"] = _worker("rise", {"model": dest, "seed": args.seed, "temperature": args.temperature})
-        print("chain rise:", json.dumps(results["chain"]["rise"]), flush=True)
     if "check" in parts:
         results["check"] = {"model": args.model, **_worker("check", {"model": args.model})}
         print("check:", json.dumps(results["check"]), flush=True)
     if "rise" in parts:
         results["rise"] = {"model": args.model, **_worker("rise", {"model": args.model, "seed": args.seed,
-                                                                   "temperature": args.temperature})}
+                                                                   "env": args.env, "temperature": args.temperature})}
         print("rise:", json.dumps(results["rise"]), flush=True)
     if args.save:
         Path(args.save).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")

@@ -677,9 +677,10 @@ def worker_rescore(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def worker_agent(args: dict[str, Any]) -> dict[str, Any]:
-    """GRPO on an agent env through TRL's tool loop: tiny-agent learns to call the tool a request names among three
-    offered, on an env whose names it never saw (tests/agent_cells.py's ``BakeRotateBorrow``), sampled at 2; a
-    quarter of the prompts held out, scored greedy before and after (``evaluate``), as tests/test_agent.py does."""
+    """GRPO on an agent env through TRL's tool loop: tiny-agent learns to make a two-step request's second call
+    (with the first's result) among three offered tools, on an env whose names it never saw (tests/agent_cells.py's
+    ``GuessEncodeGreet``), sampled at 1; a quarter of the prompts held out, scored greedy before and after
+    (``evaluate``), as tests/test_agent.py does."""
     from grpo_magic import GRPOParams, evaluate, train
     from grpo_magic.models import resolve_model
     from grpo_magic.models.cache import build_info
@@ -689,15 +690,15 @@ def worker_agent(args: dict[str, Any]) -> dict[str, Any]:
     path = resolve_model("tiny-agent")  # built here when the cache does not have it yet
     resolve_s = time.perf_counter() - t
     namespace: dict[str, Any] = {}
-    exec(CELLS["BakeRotateBorrow"], namespace)  # noqa: S102 - the test suite's own env cell
-    env = namespace["BakeRotateBorrow"]()
+    exec(CELLS["GuessEncodeGreet"], namespace)  # noqa: S102 - the test suite's own env cell
+    env = namespace["GuessEncodeGreet"]()
     out = tempfile.mkdtemp(prefix="bench-agent-")
     params = GRPOParams(model="tiny-agent", project_name=out, max_steps=args["max_steps"], batch_size=32,
-                        rl_num_generations=8, rl_max_new_tokens=48, lr=3e-4, rl_kl_coef=0.0, rl_temperature=2.0,
+                        rl_num_generations=8, rl_max_new_tokens=128, lr=3e-4, rl_kl_coef=0.0, rl_temperature=1.0,
                         seed=args["seed"], eval_split=0.25)
     with _silence():
         before = evaluate(env, "tiny-agent", eval_split=0.25, seed=args["seed"], greedy_only=True,
-                          rl_max_new_tokens=48)
+                          rl_max_new_tokens=128)
         t = time.perf_counter()
         run = train(params, env, display=False)
         seconds = time.perf_counter() - t
@@ -1081,11 +1082,11 @@ def bench_agent(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
             "train_seconds": _spread([r["train_seconds"] for r in runs], 1),
             "tiny_agent_build_seconds": runs[0]["build_seconds"],
             "seeds": cfg["seeds"], "shares_first_seed": runs[0]["shares"],
-            "setting": {"env": "tests/agent_cells.py BakeRotateBorrow", "model": "tiny-agent", "max_steps": cfg["max_steps"],
-                        "batch_size": 32, "rl_num_generations": 8, "rl_max_new_tokens": 48, "lr": 3e-4,
-                        "rl_kl_coef": 0.0, "rl_temperature": 2.0, "eval_split": 0.25},
-            "timed": "held_out_*: evaluate's greedy mean score on the held-out quarter of the prompts (1: the right tool "
-                     "with the right argument), the registered model before, the trained run after; first_3_steps / "
+            "setting": {"env": "tests/agent_cells.py GuessEncodeGreet", "model": "tiny-agent", "max_steps": cfg["max_steps"],
+                        "batch_size": 32, "rl_num_generations": 8, "rl_max_new_tokens": 128, "lr": 3e-4,
+                        "rl_kl_coef": 0.0, "rl_temperature": 1.0, "eval_split": 0.25},
+            "timed": "held_out_*: evaluate's greedy mean score on the held-out quarter of the prompts (1: both calls "
+                     "right, in order; 0.5: the first alone), the registered model before, the trained run after; first_3_steps / "
                      "last_5_steps: the share of training episodes with score 1 per step, mean of the first 3 steps vs "
                      "the last 5; train_seconds: the whole train() call (TRL's tool loop, episodes, scoring); "
                      "tiny_agent_build_seconds: what the cache marker recorded when tiny-agent was built",

@@ -138,7 +138,7 @@ class GuessThenEncode:
         return 1.0 if tool_calls[:2] == want else (0.5 if tool_calls[:1] == want[:1] else 0.0)
 '''
 
-#: The GRPO env: three held-out-name tools offered in every prompt, the request names one of them.
+#: Three held-out-name tools offered in every prompt, the request names one of them (two begin alike: ``b a``, ``b o``).
 DISTRACTORS = PRELUDE + '''
 class BakeRotateBorrow:
     """Three tools offered, one asked for: the right tool with the right argument pays 1, another call 0.2."""
@@ -184,6 +184,53 @@ class BakeRotateBorrow:
 
     def score_episode(self, model, tokenizer, completion, tool_calls, tool, arg, value):
         return _right(tool_calls, tool, {arg: value})
+'''
+
+#: The GRPO env: a two-step request with a third, distractor tool offered; 64 prompts (a held-out quarter), eight pets
+#: of six lengths, so six secrets. tiny-agent makes the first call and, in part of the episodes, the second.
+TWO_STEP_DISTRACTOR = PRELUDE + '''
+class GuessEncodeGreet:
+    """Two calls in a row among three tools: 1 for both in order, 0.5 for the first alone."""
+
+    def build_dataset(self, tokenizer=None):
+        rng = random.Random(6)
+        pets = [rng.choice(["cat", "fish", "horse", "parrot", "rabbit", "ox", "tiger", "eel"]) for _ in range(64)]
+        return Dataset.from_dict({"prompt": [[{"role": "user", "content":
+                                               f'Use "encode_grade" on the result of "guess_secret" with pet "{p}"'}]
+                                             for p in pets], "pet": pets})
+
+    def reset(self, **row):
+        self.secret = None
+
+    def guess_secret(self, pet: str) -> str:
+        """Guess the secret.
+
+        Args:
+            pet: The pet.
+        """
+        self.secret = 7 * len(pet) + 100
+        return str(self.secret)
+
+    def greet_tunnel(self, volume: int) -> str:
+        """Greet the tunnel.
+
+        Args:
+            volume: The volume.
+        """
+        return "hello"
+
+    def encode_grade(self, factor: int) -> str:
+        """Encode the grade.
+
+        Args:
+            factor: The factor.
+        """
+        return "ok" if factor == self.secret else "wrong"
+
+    def score_episode(self, model, tokenizer, completion, tool_calls, pet):
+        secret = 7 * len(pet) + 100
+        want = [{"name": "guess_secret", "arguments": {"pet": pet}}, {"name": "encode_grade", "arguments": {"factor": secret}}]
+        return 1.0 if tool_calls[:2] == want else (0.5 if tool_calls[:1] == want[:1] else 0.0)
 '''
 
 #: The issue's first try: ``add(a: int, b: int)`` asked for in free words. tiny-agent starts calls to ``add`` but cannot
@@ -284,5 +331,5 @@ class Forecast:
 
 #: The cells above by env class name.
 CELLS = {"WeighParcel": ONE_INT, "ReserveHarbor": TWO_ARGS, "PaintGarden": ENUM, "GuessThenEncode": TWO_STEP,
-         "BakeRotateBorrow": DISTRACTORS, "OnlyWeather": ONLY_WEATHER, "Forecast": FORECAST,
+         "BakeRotateBorrow": DISTRACTORS, "GuessEncodeGreet": TWO_STEP_DISTRACTOR, "OnlyWeather": ONLY_WEATHER, "Forecast": FORECAST,
          "Adder": ADDER}

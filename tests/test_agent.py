@@ -312,7 +312,7 @@ def test_check_reports_the_tool_use_of_an_agent_env(shell) -> None:
 
 
 def correct_call_shares(run) -> list[float]:
-    """Per step, the share of episodes that made the right call (score 1)."""
+    """Per step, the share of episodes that made the right calls (score 1)."""
     by_step: dict[int, list[bool]] = {}
     for g in run.groups:
         by_step.setdefault(g["step"], []).extend(s == 1.0 for s in g["scores"] if s is not None)
@@ -321,32 +321,34 @@ def correct_call_shares(run) -> list[float]:
 
 @pytest.mark.slow
 def test_grpo_raises_the_share_of_right_tool_calls_on_an_env_with_held_out_names_and_distractors(tmp_path: Path) -> None:
-    """tiny-agent on an env it has never seen (three tools named from the held-out lists, the request names one): it
-    calls the named one only part of the time; 16 steps of GRPO raise the share of right calls on held-out prompts.
+    """tiny-agent on an env it has never seen (three tools named from the held-out lists, a two-step request names
+    two of them, the third a distractor): it makes the first call and only in part of the episodes the second, with
+    the first's result; 16 steps of GRPO raise the share of episodes with both calls right on held-out prompts.
 
-    Sampled at temperature 2: tiny-agent's logits are doubled (``sharpen``), and at 1 most groups' eight episodes
-    make the same call, so that GRPO has no difference to learn from. At 1.5 the rise held on one machine's build
-    of tiny-agent and not on another's (a build is the same bytes on one machine, not across CPUs): at 2 both rose
-    (bench/RESULTS-agent.md, "Another CPU, other bytes")."""
+    Sampled at temperature 1 (tiny-agent's logits are doubled, ``sharpen``): the groups' eight episodes differ in
+    whether they call again, which GRPO learns from. (The three-tool env whose request names one tool,
+    ``BakeRotateBorrow``, was this test's on v2.1; v2.2 writes ``borrow_violin`` for every ``bake_lemon`` request,
+    no sampled episode of those is right even at temperature 2, and GRPO had nothing to learn from there:
+    bench/RESULTS-agent.md, "v2.2".)"""
     from grpo_magic import GRPOParams, evaluate, train
 
     namespace: dict = {}
-    exec(CELLS["BakeRotateBorrow"], namespace)  # noqa: S102 - the test suite's own env cell
-    env = namespace["BakeRotateBorrow"]()
-    before = evaluate(env, "tiny-agent", eval_split=0.25, seed=1, greedy_only=True, rl_max_new_tokens=48)
-    params = GRPOParams(model="tiny-agent", max_steps=16, batch_size=32, rl_num_generations=8, rl_max_new_tokens=48,
-                        lr=3e-4, rl_kl_coef=0.0, rl_temperature=2.0, seed=1, eval_split=0.25,
+    exec(CELLS["GuessEncodeGreet"], namespace)  # noqa: S102 - the test suite's own env cell
+    env = namespace["GuessEncodeGreet"]()
+    before = evaluate(env, "tiny-agent", eval_split=0.25, seed=1, greedy_only=True, rl_max_new_tokens=128)
+    params = GRPOParams(model="tiny-agent", max_steps=16, batch_size=32, rl_num_generations=8, rl_max_new_tokens=128,
+                        lr=3e-4, rl_kl_coef=0.0, rl_temperature=1.0, seed=1, eval_split=0.25,
                         project_name=str(tmp_path / "agent-rise"))
     run = train(params, env, display=False)
     assert run.status == "completed", run.reason
     after = evaluate(env, run.output_dir, greedy_only=True, baseline=None)
     shares = correct_call_shares(run)
     right_before, right_after = ([r["greedy_score"] == 1.0 for r in report.rows] for report in (before, after))
-    print("held-out greedy mean:", before.summary["greedy_mean"], "->", after.summary["greedy_mean"], "right calls:",
+    print("held-out greedy mean:", before.summary["greedy_mean"], "->", after.summary["greedy_mean"], "both calls right:",
           sum(right_before), "->", sum(right_after), "training right share by step:", [round(s, 2) for s in shares])
     assert before.summary["prompts"] == after.summary["prompts"] >= 8  # the same held-out prompts, never trained on
     assert after.summary["greedy_mean"] >= before.summary["greedy_mean"] + 0.1
-    assert sum(right_after) > sum(right_before)  # more right calls (score 1), not only fewer calls that fail
+    assert sum(right_after) > sum(right_before)  # more episodes with both calls right, not only fewer that fail
 
 
 def test_rescore_replays_an_agent_episode_from_its_transcript(tmp_path: Path) -> None:
