@@ -12,7 +12,8 @@
   the check's own figures (calls to tools not offered, calls that did not parse).
 - build: ``tiny-agent``'s recipe (models/tiny_agent.py, v2.2: the general tool caller) built
   in two fresh processes (``GRPO_MAGIC_CACHE`` a new temporary folder each), wall and CPU seconds of each,
-  timed from outside, whether the two ``model.safetensors`` are the same bytes, and its ``check``.
+  timed from outside, whether the two ``model.safetensors`` are the same bytes, and ``tool_corpus.check`` on it
+  (held-out-name chats; the build itself no longer runs it).
 - rise: GRPO (``train``, 16 steps of 32 episodes, 8 a prompt, lr 3e-4, no KL, temperature ``--temperature``)
   from ``--model`` on ``--env``, a cell of tests/agent_cells.py (``RISE_ENVS``: ``GuessEncodeGreet``, a two-step
   request with a distractor tool, the test's and notebook 05's; ``BakeRotateBorrow``, three tools, the request
@@ -69,13 +70,21 @@ def _worker(name: str, args: dict[str, Any], extra_env: dict[str, str] | None = 
 
 
 def worker_build(args: dict[str, Any]) -> dict[str, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpo_magic.models import tool_corpus
     from grpo_magic.models.tiny_agent import RECIPE
 
     path = RECIPE.path()
     digest = hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()
     info = RECIPE.info()
-    return {"sha256": digest, "build_seconds": info.get("build_seconds"), "check": info.get("check"),
-            "steps": info.get("steps"), "train_loss": info.get("train_loss")}
+    # the held-out check, which the build no longer runs (a first use's wait), on the model as built
+    started = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(str(path)).eval()
+    check = tool_corpus.check(model, AutoTokenizer.from_pretrained(str(path)))
+    return {"sha256": digest, "build_seconds": info.get("build_seconds"), "check": check,
+            "check_seconds": round(time.perf_counter() - started, 1), "steps": info.get("steps"),
+            "train_loss": info.get("train_loss")}
 
 
 def _shell() -> Any:

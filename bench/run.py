@@ -1342,11 +1342,11 @@ def results_markdown(results: list[dict[str, Any]]) -> str:
                   f"back {_fmt(r['evaluate']['broke'])}")
     row("  evaluate seconds (2 models x 160 prompts x 5 episodes); in-run --eval-steps 30 share of train()", "",
         lambda r: f"{_fmt(r['evaluate']['evaluate_s'], ' s')}; {_fmt(r['evaluate']['in_run_eval_share'])}")
-    row("agent tool use: tiny-agent, three held-out-name tools, held-out prompts' greedy mean, before → after", "rises",
+    row("agent tool use: tiny-agent, a two-step request among three held-out-name tools, held-out prompts' greedy mean, before → after", "rises",
         lambda r: f"{_fmt(r['agent_tool_use']['held_out_before'])} → {_fmt(r['agent_tool_use']['held_out_after'])} "
                   f"(rise {_fmt(r['agent_tool_use']['held_out_rise'])}) on {r['agent_tool_use']['held_out_prompts']} "
                   f"prompts, {r['agent_tool_use']['setting']['max_steps']} steps, seeds {r['agent_tool_use']['seeds']}")
-    row("  training episodes with the right call, first 3 → last 5 steps", "",
+    row("  training episodes with both calls right, first 3 → last 5 steps", "",
         lambda r: f"{_fmt(r['agent_tool_use']['first_3_steps'])} → {_fmt(r['agent_tool_use']['last_5_steps'])}")
     row("  agent run seconds (TRL's tool loop); tiny-agent build", "",
         lambda r: f"{_fmt(r['agent_tool_use']['train_seconds'], ' s')}; built in "
