@@ -9,7 +9,7 @@ then fine-tuned for 300 steps of 8 chats of about one length on a generated corp
 made-up names (models/tool_corpus.py), and its logits doubled (``sharpen``: sampled at temperature 1 as the
 fine-tune at 0.5). v2.1 was v2's recipe in length-grouped batches (built in about 170 s instead of 300 on a
 2-core Intel Xeon); v2.2 is v2.1's recipe from the circuit with its chain heads (about 170 s there, the same
-bytes from five processes; its held-out check runs in bench/agent_cpu.py, not in the build).
+bytes from six processes; its held-out check runs in bench/agent_cpu.py, not in the build).
 
 What it does (bench/RESULTS-agent.md, "the second call" and "v2.2"): on envs named from held-out English words
 it never saw, sampled at temperature 1 through ``%grpo_check``, the right call for a one-integer, a
