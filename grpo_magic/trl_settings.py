@@ -23,6 +23,7 @@ import threading
 import types
 import typing
 import warnings
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,11 +56,48 @@ OWNED: dict[str, str] = {
     "remove_unused_columns": "grpo_magic passes the env's dataset columns to score_episode and needs them kept",
 }
 
-#: Deprecated names kept by transformers as aliases: the setting is the new name, the old one its alias.
-ALIASES: dict[str, str] = {
-    "gradient_checkpointing": "activation_checkpointing",
-    "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs",
-}
+#: Settings transformers renamed, as (old name, new name). transformers 5.17's ``TrainingArguments`` has only the
+#: old names; 5.24 has the new ones, with the old kept as deprecated aliases. Both names are accepted everywhere.
+RENAMED: tuple[tuple[str, str], ...] = (
+    ("gradient_checkpointing", "activation_checkpointing"),
+    ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
+)
+
+
+def aliases_for(field_names: Iterable[str]) -> dict[str, str]:
+    """alias -> setting for a ``GRPOConfig`` with these fields: the setting is the name that exists (the new one
+    when both do), the other name its alias; a pair with neither name is left out."""
+    names = set(field_names)
+    out: dict[str, str] = {}
+    for old, new in RENAMED:
+        if new in names:
+            out[old] = new
+        elif old in names:
+            out[new] = old
+    return out
+
+
+class _InstalledAliases(Mapping[str, str]):
+    """``aliases_for`` the installed ``GRPOConfig``, read on first use (importing this module stays light)."""
+
+    def _data(self) -> dict[str, str]:
+        return _installed_aliases()
+
+    def __getitem__(self, name: str) -> str:
+        return self._data()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data())
+
+    def __len__(self) -> int:
+        return len(self._data())
+
+    def __repr__(self) -> str:
+        return repr(self._data())
+
+
+#: Other names of a setting (alias -> setting), derived from the installed ``TrainingArguments`` (``aliases_for``).
+ALIASES: Mapping[str, str] = _InstalledAliases()
 
 #: Settings whose unset value means "chosen for this machine by grpo_magic" rather than TRL's default.
 AUTO: dict[str, str] = {
@@ -266,6 +304,11 @@ def config_fields() -> tuple[dataclasses.Field, ...]:
 
 
 @functools.cache
+def _installed_aliases() -> dict[str, str]:
+    return aliases_for(f.name for f in config_fields())
+
+
+@functools.cache
 def _hints() -> dict[str, Any]:
     from transformers import TrainingArguments
     from trl import GRPOConfig
@@ -404,6 +447,11 @@ def resolve_name(name: str) -> str:
     return ALIASES.get(name, name)
 
 
+def _alias_kind(alias: str) -> str:
+    """"old" for a deprecated name, "new" for the name a newer transformers gives a setting this one lacks."""
+    return "new" if any(alias == new for _, new in RENAMED) else "old"
+
+
 def unknown_message(name: str, known: list[str]) -> str:
     import difflib
 
@@ -445,7 +493,7 @@ def route(kwargs: dict[str, Any], names: list[str], flag: Any) -> tuple[dict[str
             if name in trl and given != name:
                 raise GRPOMagicError(
                     f"{name} (--{name.replace('_', '-')}) and {label} are the same setting "
-                    f"({given} is its old name); use only --{name.replace('_', '-')}."
+                    f"({given} is its {_alias_kind(given)} name); use only --{name.replace('_', '-')}."
                 )
             trl[name] = value
         elif name in unsettable():
