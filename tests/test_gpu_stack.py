@@ -69,3 +69,20 @@ def test_both_checkpointing_flags_reach_the_installed_grpo_config(given):
     assert GRPOParams(model="tiny", **{given: True}).trl_settings == {setting: True}
     config = ts.build_config(GRPOParams(model="tiny", **{given: False}).grpo_config_kwargs("out"))
     assert config.gradient_checkpointing is False and getattr(config, setting) is False
+
+
+# ---------------------------------------------------------------- 2. QLoRA with vLLM: refused before a model loads
+
+
+def test_load_in_4bit_with_use_vllm_is_refused_in_one_sentence(capsys, monkeypatch):
+    from grpo_magic.cli import main
+
+    with pytest.raises(GRPOMagicError, match=r"cannot be used with --use-vllm.*drop --use-vllm") as caught:
+        GRPOParams(model="tiny", peft=True, load_in_4bit=True, use_vllm=True).validate()
+    message = str(caught.value)
+    assert message.count(". ") == 0 and message.endswith(".")  # one sentence, on any machine (no GPU check first)
+    assert GRPOParams(model="tiny", peft=True, use_vllm=True).problems() == []
+    monkeypatch.setattr("grpo_magic.models.load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    code = main(["train", "--model", "tiny", "--rl-env-module", "envs.letters", "--rl-env-class", "LettersEnv",
+                 "--peft", "--load-in-4bit", "--use-vllm", "--dry-run"])
+    assert code == 2 and "cannot be used with --use-vllm" in capsys.readouterr().err
