@@ -129,6 +129,24 @@ def current_cuda_device() -> int | None:
     return int(torch.cuda.current_device())
 
 
+def process_cuda_device() -> int | None:
+    """The CUDA device this process trains on, for loading the model straight onto it; None without CUDA.
+
+    Under a launcher that is ``LOCAL_RANK``'s (accelerate's device for the process: it calls ``set_device``
+    only when its state is built, after the model loads); otherwise this thread's current device.
+    """
+    import os
+
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    local = os.environ.get("LOCAL_RANK", "")
+    if local.isdigit():
+        return int(local) % max(1, torch.cuda.device_count())
+    return int(torch.cuda.current_device())
+
+
 def use_cuda_device(device: int | None) -> None:
     """Make ``device`` this thread's current CUDA device (None: nothing to do)."""
     if device is None:

@@ -45,7 +45,6 @@ OWNED: dict[str, str] = {
     "do_train": "grpo_magic always trains",
     "do_predict": "grpo_magic trains; evaluate a run with its env instead",
     "local_rank": "the launcher sets it; use --num-processes",
-    "model_init_kwargs": "grpo_magic loads the model itself; use model (--model) (and --load-in-4bit)",
     "hub_token": "log in with `hf auth login` or set HF_TOKEN, so that no token is written into the run log",
     "deepspeed": "put DeepSpeed settings in an accelerate config and pass --accelerate-config FILE",
     "fsdp": "put FSDP settings in an accelerate config and pass --accelerate-config FILE",
@@ -133,7 +132,7 @@ _GROUPS: tuple[tuple[str, str], ...] = (
     ),
     (
         "TRL: memory and speed",
-        r"^(bf16|fp16|tf32|activation_|gradient_checkpointing|torch_|use_liger|liger|use_cache|"
+        r"^(bf16|fp16|tf32|activation_|gradient_checkpointing|torch_|use_liger|liger|use_cache|model_init|"
         r"neftune|auto_find|dataloader|ddp_|parallelism|accelerator|use_cpu|jit|"
         r"enable_jit|skip_memory|full_determinism|data_seed|train_sampling|length_column|"
         r"label_names|debug)",
@@ -174,8 +173,7 @@ class Setting:
     def is_json(self) -> bool:
         return dict in self.kinds or list in self.kinds
 
-    def check(self, value: Any, label: str) -> str | None:
-        """The problem with a value of this setting, and its fix, in one sentence, or None."""
+    def _check_kind(self, value: Any, label: str) -> str | None:
         if value is None:
             if self.optional:
                 return None
@@ -206,6 +204,13 @@ class Setting:
                 return None
         return f"{label} must be {self._kind_words()}, got {value!r}; e.g. {self.flag} {self._example()}."
 
+    def check(self, value: Any, label: str) -> str | None:
+        """The problem with a value of this setting, and its fix, in one sentence, or None."""
+        problem = self._check_kind(value, label)
+        if problem is None and self.name in VALUE_CHECKS and value is not None:
+            return VALUE_CHECKS[self.name](self.parse(value) if isinstance(value, str) else value, label)
+        return problem
+
     def _read_json(self, value: str, label: str) -> tuple[Any, str | None]:
         """JSON text read as ``json_config`` reads env configs: too deep or too long is one sentence, not a traceback."""
         return parse_json(value, label, example=f"{self.flag} '{self._example()}'",
@@ -227,6 +232,10 @@ class Setting:
             return self.choices[0]
         if self.default not in (None, "") and not isinstance(self.default, bool):
             return json.dumps(self.default) if self.is_json else str(self.default)
+        if self.name in EXAMPLES:
+            return EXAMPLES[self.name]
+        if self.is_json:  # a JSON setting that also takes text (dict | str): its JSON form is the one to show
+            return "{}" if dict in self.kinds else "[]"
         return {dict: "{}", list: "[]", int: "1", float: "1.0", bool: "", str: "VALUE"}[self.kind]
 
     def _json_text(self, value: Any) -> bool:
@@ -236,6 +245,39 @@ class Setting:
     def parse(self, value: Any) -> Any:
         """A checked value as TRL takes it: JSON text as the object it writes."""
         return json.loads(value) if self._json_text(value) else value
+
+
+#: ``from_pretrained`` keywords that grpo_magic sets from its own parameters, with the parameter to use instead.
+MODEL_INIT_OWNED: dict[str, str] = {
+    "quantization_config": "use --load-in-4bit (with --peft) for QLoRA's 4-bit loading",
+    "revision": "the tokenizer would not follow it; pass a local folder of that revision as --model",
+}
+#: The dtypes TRL's ``create_model_from_path`` takes as text (it builds the reference model from the same keywords).
+MODEL_INIT_DTYPES = ("auto", "bfloat16", "float16", "float32")
+#: A value to show in a setting's messages where TRL's default says nothing.
+EXAMPLES: dict[str, str] = {"model_init_kwargs": '{"attn_implementation": "sdpa", "dtype": "bfloat16"}'}
+_MODEL_INIT_EXAMPLE = f"--model-init-kwargs '{EXAMPLES['model_init_kwargs']}'"
+
+
+def model_init_kwargs_problem(value: Any, label: str) -> str | None:
+    """What is wrong with a ``model_init_kwargs`` value (the keywords of the policy's ``from_pretrained``), or None.
+
+    Plain text passes the generic check of a ``dict | str`` field, so the JSON object is asked for here.
+    """
+    if not isinstance(value, dict):
+        return f"{label} must be a JSON object of from_pretrained's keywords, got {value!r}; e.g. {_MODEL_INIT_EXAMPLE}."
+    for key in value:
+        if key in MODEL_INIT_OWNED:
+            return f"{label} cannot set {key}: {MODEL_INIT_OWNED[key]}."
+    dtype = value.get("dtype")
+    if dtype is not None and dtype not in MODEL_INIT_DTYPES:
+        return (f"{label} has dtype {dtype!r}, which TRL does not load; use one of {', '.join(MODEL_INIT_DTYPES)}, "
+                f"e.g. {_MODEL_INIT_EXAMPLE}.")
+    return None
+
+
+#: Checks of a setting's value beyond its type (name -> check(parsed value, label)).
+VALUE_CHECKS: dict[str, Any] = {"model_init_kwargs": model_init_kwargs_problem}
 
 
 def _plain_kinds(hint: Any) -> tuple[tuple[type, ...], bool, tuple[str, ...] | None, bool]:

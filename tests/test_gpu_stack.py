@@ -86,3 +86,97 @@ def test_load_in_4bit_with_use_vllm_is_refused_in_one_sentence(capsys, monkeypat
     code = main(["train", "--model", "tiny", "--rl-env-module", "envs.letters", "--rl-env-class", "LettersEnv",
                  "--peft", "--load-in-4bit", "--use-vllm", "--dry-run"])
     assert code == 2 and "cannot be used with --use-vllm" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- 3. --model-init-kwargs reaches the model's loading
+
+INIT = '{"attn_implementation": "eager", "use_kernels": false, "dtype": "float32"}'
+
+
+@pytest.fixture
+def from_pretrained(monkeypatch):
+    """``from_pretrained``'s keyword arguments, recorded; the model is loaded as asked, minus the device map."""
+    from transformers import AutoModelForCausalLM
+
+    real = AutoModelForCausalLM.from_pretrained
+    seen: list[dict] = []
+
+    def record(path, **kwargs):
+        seen.append(kwargs)
+        return real(path, **{k: v for k, v in kwargs.items() if k != "device_map"})
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", record)
+    return seen
+
+
+def test_model_init_kwargs_is_a_setting_that_reaches_from_pretrained(from_pretrained):
+    import torch
+
+    from grpo_magic.cli import build_parser, params_from_namespace
+    from grpo_magic.models import load_model
+
+    params = params_from_namespace(build_parser().parse_args(["train", "--model", "tiny", "--model-init-kwargs", INIT]))
+    assert params.problems() == [] and params.model_init_kwargs == INIT
+    assert params.grpo_config_kwargs("out")["model_init_kwargs"] == {"attn_implementation": "eager",
+                                                                      "use_kernels": False, "dtype": "float32"}
+    assert "--model-init-kwargs" in params.to_command()
+    model = load_model("tiny", dtype=torch.bfloat16, model_init_kwargs=params.model_init_kwargs)
+    kwargs = from_pretrained[-1]
+    assert kwargs["attn_implementation"] == "eager" and kwargs["use_kernels"] is False
+    assert kwargs["dtype"] is torch.float32 and model.dtype == torch.float32  # the user's dtype wins over the run's
+    assert model.config._attn_implementation == "eager"
+    load_model("tiny", model_init_kwargs={"dtype": "auto"})
+    assert from_pretrained[-1]["dtype"] == "auto"
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    ("{bad", "is not valid JSON"),
+    ("sdpa", "must be a JSON object"),
+    ('{"dtype": "bf16"}', "use one of auto, bfloat16, float16, float32"),
+    ('{"quantization_config": {"load_in_4bit": true}}', "use --load-in-4bit"),
+])
+def test_a_bad_model_init_kwargs_is_one_sentence_before_any_model_loads(capsys, monkeypatch, value, words):
+    from grpo_magic.cli import main
+
+    with pytest.raises(GRPOMagicError, match=words) as caught:
+        GRPOParams(model="tiny", model_init_kwargs=value).validate()
+    assert str(caught.value).startswith("model_init_kwargs (--model-init-kwargs) ") and str(caught.value).endswith(".")
+    monkeypatch.setattr("grpo_magic.models.load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    code = main(["train", "--model", "tiny", "--rl-env-module", "envs.letters", "--rl-env-class", "LettersEnv",
+                 "--model-init-kwargs", value, "--dry-run"])
+    assert code == 2 and words in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- 4. on CUDA the weights load onto the process's device
+
+
+@pytest.fixture
+def cuda(monkeypatch):
+    """Stand in for CUDA with ``n`` devices, the current one 0 (its only queries: available, count, current)."""
+    import torch
+
+    def set_to(n: int) -> None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: n > 0)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+    return set_to
+
+
+def test_on_cuda_the_model_loads_straight_onto_the_process_s_device(cuda, from_pretrained, monkeypatch):
+    import torch
+
+    from grpo_magic.models import load_model
+
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    load_model("tiny", dtype=torch.float32)  # no CUDA: no device map, the CPU as before
+    assert "device_map" not in from_pretrained[-1]
+    cuda(1)
+    load_model("tiny", dtype=torch.float32)
+    assert from_pretrained[-1]["device_map"] == {"": 0}
+    cuda(2)
+    monkeypatch.setenv("LOCAL_RANK", "1")  # a launched process: its device, before accelerate sets it
+    load_model("tiny", dtype=torch.float32)
+    assert from_pretrained[-1]["device_map"] == {"": 1}
+    load_model("tiny", dtype=torch.float32, model_init_kwargs={"device_map": "auto"})  # the user's wins
+    assert from_pretrained[-1]["device_map"] == "auto"

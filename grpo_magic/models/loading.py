@@ -260,6 +260,19 @@ def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False) -> Any
     return tokenizer
 
 
+def init_kwargs(value: Any) -> dict[str, Any]:
+    """The policy's extra ``from_pretrained`` keywords (``--model-init-kwargs``: JSON text or a dict, checked by
+    ``trl_settings.model_init_kwargs_problem``), with a dtype's name as the torch dtype (``auto`` as is)."""
+    import torch
+
+    if value is None:
+        return {}
+    kwargs = dict(json.loads(value) if isinstance(value, str) else value)
+    if isinstance(kwargs.get("dtype"), str) and kwargs["dtype"] != "auto":
+        kwargs["dtype"] = getattr(torch, kwargs["dtype"])
+    return kwargs
+
+
 def load_model(
     name_or_path: str,
     *,
@@ -267,11 +280,16 @@ def load_model(
     tokenizer: Any = None,
     dtype: Any = None,
     load_in_4bit: bool = False,
+    model_init_kwargs: dict[str, Any] | str | None = None,
 ) -> Any:
     """Load the causal LM in ``dtype``; default: the precision ``device.choose_precision`` picks for this device.
 
     A run passes ``device.load_dtype`` of its precision (bf16 weights; float32 weights under fp16
-    autocast, or an fp16 base under LoRA; float32 on CPU).
+    autocast, or an fp16 base under LoRA; float32 on CPU), and its ``model_init_kwargs`` (attention
+    implementation, ``use_kernels``, dtype...), which win over ours.
+
+    On CUDA the weights load straight onto the process's device (``device_map``), not through host memory first:
+    a Colab runtime's RAM (about 12 GB) would otherwise cap the model at about 3B parameters in fp16.
 
     Always the plain model: TRL applies LoRA itself from the config made by ``lora_config``. When
     ``tokenizer`` has more tokens than the model's embeddings (a pad token was added), the embeddings
@@ -279,13 +297,19 @@ def load_model(
     """
     from transformers import AutoModelForCausalLM
 
-    from ..device import choose_precision, load_dtype
+    from ..device import choose_precision, load_dtype, process_cuda_device
 
     path = _local_or_id(name_or_path)
     dtype = dtype if dtype is not None else load_dtype(choose_precision())
-    extra = {"quantization_config": quantization_config(dtype)} if load_in_4bit else {}
+    kwargs: dict[str, Any] = {"dtype": dtype, "trust_remote_code": trust_remote_code}
+    if load_in_4bit:
+        kwargs["quantization_config"] = quantization_config(dtype)
+    device = process_cuda_device()
+    if device is not None:
+        kwargs["device_map"] = {"": device}
+    kwargs.update(init_kwargs(model_init_kwargs))
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code, **extra)
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except Exception as exc:
         raise GRPOMagicError(f"Could not load model '{name_or_path}': {one_line(exc, 10_000)}") from exc
     frozen = set(getattr(model.config, "grpo_magic_frozen", None) or ())
