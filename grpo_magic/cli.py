@@ -26,10 +26,51 @@ class ArgumentError(GRPOMagicError):
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a bad flag raises ``ArgumentError`` (one sentence) instead of printing usage."""
+    """argparse, but a bad flag raises ``ArgumentError`` (one sentence) instead of printing usage.
+
+    Prefixes are not flags (``allow_abbrev=False``): ``--max-step`` must not quietly mean ``--max-steps``, and an
+    unknown flag is answered with the nearest one (``did you mean --max-steps?``).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        """As argparse, but flags a subcommand does not know are answered by that subcommand's parser (its flags)."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._parser_of(parsed).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+    def _parser_of(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The subcommand's parser that read ``parsed`` (``grpo-magic train``), else this one."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(parsed, action.dest, None) or "")
+                if isinstance(chosen, OneLineParser):
+                    return chosen._parser_of(parsed)
+        return self
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        near = self.nearest_flag(message)
+        if near:
+            raise ArgumentError(f"{message}; did you mean {near}?")
         raise ArgumentError(f"{message}; run {self.prog} --help for the flags and their values.")
+
+    def nearest_flag(self, message: str) -> str | None:
+        """The flag of this parser nearest to the first unknown one in argparse's ``message`` (difflib, as
+        ``GRPOParams`` suggests names), or None."""
+        import difflib
+
+        if not message.startswith("unrecognized arguments:"):
+            return None
+        unknown = [w.split("=", 1)[0] for w in message.split(":", 1)[1].split() if w.startswith("--")]
+        if not unknown:
+            return None
+        flags = [f for f in self._option_string_actions if f.startswith("--") and f != "--help"]
+        near = difflib.get_close_matches(unknown[0], flags, n=1)
+        return near[0] if near else None
 
 
 def add_param_arguments(parser: argparse.ArgumentParser, *, refused: bool = True, trl: bool = True) -> None:
