@@ -124,8 +124,8 @@ def _flag(name: str, value: Any) -> str:
 def checkpoint_to_resume(output_dir: Path, params: GRPOParams, processes: int) -> str:
     """The checkpoint a resumed run continues from, after checking that this run can continue it.
 
-    No checkpoint, a parameter that differs from the checkpoint's where it matters, or another
-    number of processes: one clear sentence (``GRPOMagicError``) naming the difference and the fix.
+    No checkpoint, a parameter that differs from the checkpoint's where it matters, a ``max_steps`` the
+    checkpoint has already reached, or another number of processes: one clear sentence (``GRPOMagicError``) naming the difference and the fix.
     """
     checkpoint = last_checkpoint(output_dir)
     if checkpoint is None:
@@ -145,6 +145,13 @@ def checkpoint_to_resume(output_dir: Path, params: GRPOParams, processes: int) -
         raise GRPOMagicError(
             f"Cannot resume from {name} in {output_dir}: it was trained with {trained}, and this run has {this}; "
             f"resume with {fix} (other parameters, such as --max-steps, may change), {afresh}"
+        )
+    step = checkpoint_step(checkpoint)
+    if params.max_steps is not None and params.max_steps <= step:
+        # Trainer would load the checkpoint, find nothing left to do and report "completed": a silent no-op.
+        raise GRPOMagicError(
+            f"Cannot resume from {name} in {output_dir}: --max-steps {params.max_steps} is at or below its step "
+            f"{step}, so nothing would be trained; pass a --max-steps above {step} (e.g. --max-steps {2 * step})."
         )
     trained_by = checkpoint_processes(Path(checkpoint))
     if trained_by is not None and trained_by != processes:
