@@ -16,7 +16,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -274,6 +274,38 @@ def event_to_json(event: Event) -> str:
 
 
 Subscriber = Callable[[Event], None]
+
+
+class RecentList(list):
+    """A list that keeps its last ``maxlen`` items: ``run.groups`` and ``run.errors`` index and slice as
+    lists (``run.errors[:1]``), and a long run still holds a bounded number of them in memory."""
+
+    maxlen: int | None = None  # a class default: unpickling extends before it sets the instance's
+
+    def __init__(self, items: Iterable[Any] = (), *, maxlen: int) -> None:
+        super().__init__()
+        self.maxlen = maxlen
+        self.extend(items)
+
+    def _trim(self) -> None:
+        if self.maxlen is not None and len(self) > self.maxlen:
+            del self[: len(self) - self.maxlen]  # the oldest go first, as from a deque
+
+    def append(self, item: Any) -> None:
+        super().append(item)
+        self._trim()
+
+    def extend(self, items: Iterable[Any]) -> None:
+        super().extend(items)
+        self._trim()
+
+    def insert(self, index: Any, item: Any) -> None:
+        super().insert(index, item)
+        self._trim()
+
+    def __iadd__(self, items: Iterable[Any]) -> RecentList:  # type: ignore[override]
+        self.extend(items)
+        return self
 
 
 class EventStream:

@@ -18,7 +18,7 @@ import inspect
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,34 +44,10 @@ MAX_HTML_GROUPS = 40
 SCORE_EPS = 1e-9
 
 
-@dataclass
-class RescoredGroup:
-    """One logged group, its old scores and advantages next to the new env's.
-
-    Items can also be read like ``run.groups``' dicts: ``group["new_scores"]``.
-    """
-
-    step: int
-    group: int
-    prompt: str
-    completions: list[str]
-    old_scores: list[float | None]
-    new_scores: list[float | None]
-    old_advantages: list[float]
-    new_advantages: list[float]
-    errors: list[dict[str, Any] | None]
-    old_components: list[dict[str, float]] = field(default_factory=list)
-    new_components: list[dict[str, float]] = field(default_factory=list)
-    warnings: list[list[str]] = field(default_factory=list)
-    rank_changes: int = 0
-
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
-
-    @property
-    def changed(self) -> list[bool]:
-        """Per completion: did its score change (a new error counts as a change)?"""
-        return [_differs(a, b) for a, b in zip(self.old_scores, self.new_scores, strict=True)]
+#: The keys of each of a rescore report's ``.groups`` (dicts, like ``run.groups``' items): the logged group's
+#: old scores and advantages next to the new env's; ``changed`` per completion, ``rank_changes`` per group.
+GROUP_KEYS = ("step", "group", "prompt", "completions", "old_scores", "new_scores", "old_advantages", "new_advantages",
+              "errors", "old_components", "new_components", "warnings", "rank_changes", "changed")
 
 
 @dataclass
@@ -80,7 +56,7 @@ class RescoreReport:
 
     run_log: str
     env_name: str
-    groups: list[RescoredGroup]
+    groups: list[dict[str, Any]]  # GROUP_KEYS, as run.groups' items are dicts
     summary: dict[str, Any]
     settings: dict[str, Any]
 
@@ -440,8 +416,8 @@ def _score(reward: EnvReward, groups: list[GroupScored], rows: dict[str, dict[st
 
 
 def _rescored_groups(chosen: dict[int, list[GroupScored]], outcomes: dict[int, list],
-                     settings: dict[str, Any]) -> list[RescoredGroup]:
-    out: list[RescoredGroup] = []
+                     settings: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
     key = 0
     for step_groups in chosen.values():
         new_scores = [[o.score for o in outcomes[key + i]] for i in range(len(step_groups))]
@@ -449,14 +425,17 @@ def _rescored_groups(chosen: dict[int, list[GroupScored]], outcomes: dict[int, l
         for i, g in enumerate(step_groups):
             results = outcomes[key + i]
             old, new = list(g.scores), new_scores[i]
-            out.append(RescoredGroup(
-                step=g.step, group=g.group, prompt=g.prompt, completions=list(g.completions), old_scores=old,
-                new_scores=new, old_advantages=list(g.advantages), new_advantages=advantages[i],
-                errors=[o.error for o in results], old_components=list(g.components),
-                new_components=[o.components for o in results] if any(o.components for o in results) else [],
-                warnings=[o.warnings for o in results] if any(o.warnings for o in results) else [],
-                rank_changes=sum(a != b for a, b in zip(ranks(old), ranks(new), strict=True)),
-            ))
+            out.append({
+                "step": g.step, "group": g.group, "prompt": g.prompt, "completions": list(g.completions),
+                "old_scores": old, "new_scores": new, "old_advantages": list(g.advantages),
+                "new_advantages": advantages[i], "errors": [o.error for o in results],
+                "old_components": list(g.components),
+                "new_components": [o.components for o in results] if any(o.components for o in results) else [],
+                "warnings": [o.warnings for o in results] if any(o.warnings for o in results) else [],
+                "rank_changes": sum(a != b for a, b in zip(ranks(old), ranks(new), strict=True)),
+                # per completion: did its score change (a new error counts as a change)?
+                "changed": [_differs(a, b) for a, b in zip(old, new, strict=True)],
+            })
         key += len(step_groups)
     return out
 
@@ -471,28 +450,28 @@ def _mean(values: list[float | None]) -> float | None:
     return sum(valid) / len(valid) if valid else None
 
 
-def summarize(groups: list[RescoredGroup], elapsed: float) -> dict[str, Any]:
+def summarize(groups: list[dict[str, Any]], elapsed: float) -> dict[str, Any]:
     """Mean reward old/new, zero-variance share old/new, rank changes, changed scores, errors, throughput."""
-    n = sum(len(g.completions) for g in groups)
+    n = sum(len(g["completions"]) for g in groups)
     components: dict[str, list[float]] = {}
     for g in groups:
-        for c, s in zip(g.new_components or [{}] * len(g.completions), g.new_scores, strict=True):
+        for c, s in zip(g["new_components"] or [{}] * len(g["completions"]), g["new_scores"], strict=True):
             if s is not None:
                 for name, value in c.items():
                     components.setdefault(name, []).append(value)
-    steps = sorted({g.step for g in groups})
+    steps = sorted({g["step"] for g in groups})
     return {
         "steps": f"{steps[0]}:{steps[-1]}" if steps else "",
         "groups": len(groups),
         "completions": n,
-        "mean_old": _mean([s for g in groups for s in g.old_scores]),
-        "mean_new": _mean([s for g in groups for s in g.new_scores]),
-        "zero_variance_old": sum(_zero_variance(g.old_scores) for g in groups) / len(groups) if groups else 0.0,
-        "zero_variance_new": sum(_zero_variance(g.new_scores) for g in groups) / len(groups) if groups else 0.0,
-        "rank_changes": sum(g.rank_changes for g in groups),
-        "groups_reranked": sum(g.rank_changes > 0 for g in groups),
-        "changed_scores": sum(sum(g.changed) for g in groups),
-        "errors": sum(e is not None for g in groups for e in g.errors),
+        "mean_old": _mean([s for g in groups for s in g["old_scores"]]),
+        "mean_new": _mean([s for g in groups for s in g["new_scores"]]),
+        "zero_variance_old": sum(_zero_variance(g["old_scores"]) for g in groups) / len(groups) if groups else 0.0,
+        "zero_variance_new": sum(_zero_variance(g["new_scores"]) for g in groups) / len(groups) if groups else 0.0,
+        "rank_changes": sum(g["rank_changes"] for g in groups),
+        "groups_reranked": sum(g["rank_changes"] > 0 for g in groups),
+        "changed_scores": sum(sum(g["changed"]) for g in groups),
+        "errors": sum(e is not None for g in groups for e in g["errors"]),
         "components_new": {k: sum(v) / len(v) for k, v in components.items()},
         "seconds": round(elapsed, 4),
         "completions_per_s": round(n / elapsed, 1) if elapsed > 0 else None,
@@ -516,28 +495,29 @@ def _components(parts: dict[str, float], before: dict[str, float]) -> str:
     return " · ".join(cells)
 
 
-def _group_html(g: RescoredGroup) -> str:
+def _group_html(g: dict[str, Any]) -> str:
     rows = []
-    changed = g.changed
-    for i, text in enumerate(g.completions):
+    changed, old_scores, new_scores = g["changed"], g["old_scores"], g["new_scores"]
+    old_adv, new_adv, reranked = g["old_advantages"], g["new_advantages"], g["rank_changes"]
+    for i, text in enumerate(g["completions"]):
         hot = "background:rgba(250,204,21,.35);font-weight:bold" if changed[i] else ""
-        error = g.errors[i]
-        new = f"error: {html.escape(error.get('kind', ''))}" if error else _fmt(g.new_scores[i])
+        error = g["errors"][i]
+        new = f"error: {html.escape(error.get('kind', ''))}" if error else _fmt(new_scores[i])
         title = f" title='{html.escape(error.get('message', ''), quote=True)}'" if error else ""
-        parts = _components(g.new_components[i] if i < len(g.new_components) else {},
-                            g.old_components[i] if i < len(g.old_components) else {})
+        parts = _components(g["new_components"][i] if i < len(g["new_components"]) else {},
+                            g["old_components"][i] if i < len(g["old_components"]) else {})
         snippet = html.escape(text[:400] + ("…" if len(text) > 400 else ""))
         rows.append(
-            f"<tr><td>#{i}</td><td>{_fmt(g.old_scores[i])}</td><td style='{hot}'{title}>{new}</td>"
-            f"<td>{_fmt(g.old_advantages[i] if i < len(g.old_advantages) else None, '+.2f')}</td>"
-            f"<td>{_fmt(g.new_advantages[i], '+.2f')}</td><td style='font-size:11px'>{parts}</td>"
+            f"<tr><td>#{i}</td><td>{_fmt(old_scores[i])}</td><td style='{hot}'{title}>{new}</td>"
+            f"<td>{_fmt(old_adv[i] if i < len(old_adv) else None, '+.2f')}</td>"
+            f"<td>{_fmt(new_adv[i], '+.2f')}</td><td style='font-size:11px'>{parts}</td>"
             f"<td><pre style='white-space:pre-wrap;margin:0;max-height:6em;overflow:auto'>{snippet}</pre></td></tr>"
         )
-    rerank = (f" · <b style='color:#b35900'>{g.rank_changes} completions changed rank</b>" if g.rank_changes else "")
-    prompt = html.escape(g.prompt[:300] + ("…" if len(g.prompt) > 300 else ""))
+    rerank = f" · <b style='color:#b35900'>{reranked} completions changed rank</b>" if reranked else ""
+    prompt = html.escape(g["prompt"][:300] + ("…" if len(g["prompt"]) > 300 else ""))
     return (
-        f"<details class='grpo-rescore-group' {'open' if g.rank_changes else ''}><summary>step {g.step} · group "
-        f"{g.group}{rerank} · mean {_fmt(_mean(g.old_scores))} → {_fmt(_mean(g.new_scores))}</summary>"
+        f"<details class='grpo-rescore-group' {'open' if reranked else ''}><summary>step {g['step']} · group "
+        f"{g['group']}{rerank} · mean {_fmt(_mean(old_scores))} → {_fmt(_mean(new_scores))}</summary>"
         f"<div style='opacity:.8;font-size:12px'>{prompt}</div>"
         "<table style='font-size:12px'><tr><th></th><th>old score</th><th>new score</th><th>old A</th><th>new A</th>"
         f"<th>components</th><th>completion</th></tr>{''.join(rows)}</table></details>"
@@ -547,7 +527,7 @@ def _group_html(g: RescoredGroup) -> str:
 def report_html(report: RescoreReport) -> str:
     """The summary, then the groups whose ranking changed first; changed scores are highlighted."""
     s = report.summary
-    ordered = sorted(report.groups, key=lambda g: (-g.rank_changes, -sum(g.changed), g.step, g.group))
+    ordered = sorted(report.groups, key=lambda g: (-g["rank_changes"], -sum(g["changed"]), g["step"], g["group"]))
     shown = ordered[:MAX_HTML_GROUPS]
     more = (f"<div>… {len(ordered) - len(shown)} more groups in <code>report.groups</code></div>"
             if len(ordered) > len(shown) else "")

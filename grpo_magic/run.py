@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from .events import (
     Event,
     EventStream,
     GroupScored,
+    RecentList,
     RunFinished,
     RunLog,
     RunStarted,
@@ -63,6 +63,8 @@ FINAL_STATUSES = ("completed", "stopped", "failed")
 STOP_REASONS = {"request": "stopped on request", "SIGINT": "stopped by Ctrl-C (SIGINT)", "SIGTERM": "stopped by SIGTERM"}
 MAX_GROUPS_IN_MEMORY = 256
 MAX_ERRORS_IN_MEMORY = 1000
+
+
 
 _ACTIVE: GRPORun | None = None
 _LAST: GRPORun | None = None
@@ -105,8 +107,8 @@ class GRPORun:
         self.step = 0
         self.max_steps: int | None = params.max_steps
         self.history: list[dict[str, Any]] = []
-        self.groups: deque[dict[str, Any]] = deque(maxlen=MAX_GROUPS_IN_MEMORY)
-        self.errors: deque[dict[str, Any]] = deque(maxlen=MAX_ERRORS_IN_MEMORY)
+        self.groups: RecentList = RecentList(maxlen=MAX_GROUPS_IN_MEMORY)  # dicts, the newest last
+        self.errors: RecentList = RecentList(maxlen=MAX_ERRORS_IN_MEMORY)
         self.error_count = 0
         self.saved: list[str] = []
         self.events = EventStream()
