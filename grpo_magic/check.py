@@ -472,12 +472,7 @@ def _findings(r: CheckReport, scored_groups: list[list[float]]) -> tuple[list[st
             what, why = DEGENERATE_REPLIES[name]
             blocking.append(f"{what} scores {value:.2f}: {why}.")
     if scored_groups and r.zero_variance_share >= ZERO_VARIANCE_LIMIT:
-        flat = {round(s, 9) for g in scored_groups for s in g}
-        every = f" (every score is {next(iter(flat)):.2f})" if len(flat) == 1 else ""
-        blocking.append(
-            f"{r.zero_variance_groups} of {len(scored_groups)} groups have equal scores{every}: the reward is too "
-            "sparse for this model (GRPO learns only from differences within a group); give partial credit."
-        )
+        blocking.append(_equal_groups_advice(r, scored_groups))
     for name, error in r.degenerate_errors.items():
         if error["kind"] in r.error_kinds:  # the same failure as the sampled episodes': said above
             continue
@@ -494,3 +489,31 @@ def _findings(r: CheckReport, scored_groups: list[list[float]]) -> tuple[list[st
         notes.append(f"episodes are slow (p95 {r.latency['p95']:.1f} s, max {r.latency['max']:.1f} s); raise "
                      "--rl-env-workers, make score_episode async, or set --rl-episode-timeout.")
     return blocking, notes
+
+
+def _equal_groups_advice(r: CheckReport, scored_groups: list[list[float]]) -> str:
+    """Why most groups have equal scores, and the fix for that case: partial credit only where nothing pays.
+
+    Equal groups at the top score mean the env is already solved for this model (partial credit would change
+    nothing: raise the difficulty); at zero, the reward never pays it (partial credit, easier prompts or a
+    stronger model); at one score in between, the reward does not tell its completions apart.
+    """
+    equal = [g[0] for g in scored_groups if max(g) - min(g) <= 1e-9]
+    top = sum(v >= 1.0 - 1e-9 for v in equal)
+    zero = sum(v <= 1e-9 for v in equal)
+    flat = {round(s, 9) for g in scored_groups for s in g}
+    every = f" (every score is {next(iter(flat)):.2f})" if len(flat) == 1 else ""
+    head = f"{r.zero_variance_groups} of {len(scored_groups)} groups have equal scores{every}"
+    why = "GRPO learns only from differences within a group"
+    if top == len(equal):
+        return (f"{head}, all at the top score 1.00: the env is already solved for this model, so there is nothing "
+                f"to learn ({why}); raise the difficulty (harder prompts, a stricter score) or train a smaller model.")
+    if zero == len(equal):
+        return (f"{head}, all 0.00: the reward never pays this model ({why}); give partial credit for steps "
+                "towards the answer, or make the prompts easier, or start from a stronger model.")
+    if top + zero == len(equal):
+        return (f"{head}: {top} at 1.00 (already solved) and {zero} at 0.00 (never paid), so the prompts are too "
+                f"easy or too hard for this model ({why}); use prompts of middling difficulty for it, or give partial "
+                "credit to the ones that never pay.")
+    return (f"{head}: the reward does not tell this model's completions apart ({why}); score finer (partial credit "
+            "for partly right answers) so that completions of one prompt differ.")
