@@ -246,11 +246,14 @@ def add_eval_command(sub: Any) -> None:
 
 def eval_call(args: argparse.Namespace, env: Any = None) -> Any:
     """``evaluate`` with the parsed flags: RUN_DIR, or ``--model`` alone; a bad input is one GRPOMagicError."""
-    from .evaluation import evaluate
+    from .evaluation import evaluate, missing_folder_message
 
     target = args.run_dir or args.model
     if target is None:
         raise GRPOMagicError("Nothing to evaluate; pass a run's output folder, or --model MODEL (e.g. --model tiny).")
+    missing = missing_folder_message(args.run_dir, folder=True) if args.run_dir else None
+    if missing:  # RUN_DIR is a folder: a typo in it is no question for the Hub
+        raise GRPOMagicError(missing)
     settings: dict[str, Any] = {}
     for name in ("rl_env_module", "rl_env_class", "rl_env_config", "rl_max_new_tokens"):
         value = getattr(args, name, None)

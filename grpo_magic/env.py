@@ -22,7 +22,7 @@ from typing import Any
 from .agent import EPISODE_KWARGS, AgentSpec, agent_spec, is_agent_env
 from .errors import GRPOMagicError
 from .params import GRPOParams
-from .text import one_line
+from .text import module_name_of_path, one_line
 
 REQUIRED_METHODS = ("build_dataset", "score_episode")
 #: How each required method is declared, for the messages that ask for it.
@@ -217,6 +217,9 @@ def load_module_env(module_name: str, class_name: str) -> Any:
 
     That is a class, or an env instance the module binds to that name (``env = HotelEnv(max_turns=5)``).
     """
+    if dotted := module_name_of_path(module_name):  # a file path: import_module would only say "no module named"
+        raise GRPOMagicError(f"--rl-env-module takes a module's dotted name, not a file path ({module_name!r}); use "
+                             f"--rl-env-module {dotted}, from the folder that holds {dotted.replace('.', '/')}.py.")
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)

@@ -120,6 +120,28 @@ def is_run_dir(path: str | Path) -> bool:
     return p.is_dir() and (p / RUN_LOG_NAME).is_file()
 
 
+def missing_folder_message(name: str, *, folder: bool = False) -> str | None:
+    """One sentence when ``name`` is a folder path that does not exist (``runs/does-not-exist``), else None.
+
+    ``folder``: ``name`` was given as a run folder (``grpo-magic eval RUN_DIR``). Else a path is told from a Hub id
+    (``org/name``) by its form (``./x``, ``a/b/c``, ``x/``) or by a parent folder that exists here (``runs/`` of
+    ``runs/does-not-exist``), so that a typo in a run folder is not answered about the Hub.
+    """
+    text = str(name).strip()
+    path = Path(text).expanduser()
+    if not text or path.exists():
+        return None
+    parent = path.parent
+    pathlike = folder or (text.startswith(("/", "./", "../", "~")) or text.count("/") > 1 or text.endswith("/")
+                or "\\" in text or (str(parent) not in ("", ".") and parent.is_dir()))
+    if not pathlike:
+        return None
+    runs = sorted(p.name for p in parent.iterdir() if is_run_dir(p))[:3] if parent.is_dir() else []
+    there = f" ({parent} holds {', '.join(runs)})" if runs else ""
+    return (f"The folder {text} does not exist{there}; pass the output folder of a run (run.output_dir), or a model "
+            "with --model (e.g. --model tiny).")
+
+
 def resolve_evaluated(model_or_run_dir: Any, base_model: str | None = None) -> Evaluated:
     """A run folder (its saved weights or adapter, its logged params) or any model ``resolve_model`` knows."""
     from .models import resolve_model
@@ -133,6 +155,9 @@ def resolve_evaluated(model_or_run_dir: Any, base_model: str | None = None) -> E
         model_or_run_dir = model_or_run_dir.output_dir
     name = str(model_or_run_dir)
     if not is_run_dir(name):
+        missing = missing_folder_message(name)
+        if missing:
+            raise GRPOMagicError(missing)
         if base_model is not None:
             raise GRPOMagicError(
                 f"--model {base_model} names the base model of a run folder's adapter, and {name} is "

@@ -350,14 +350,20 @@ class GrpoMagics(Magics):
         parser.add_argument("run_dir", nargs="?")
         add_eval_arguments(parser)
         args = _parse(parser, line)
-        if args.env and args.run_dir is None and Path(args.env).expanduser().is_dir():
-            args.env, args.run_dir = None, args.env  # %grpo_eval RUN_DIR: the run's own env
+        if (args.env and args.run_dir is None and args.env not in registered_envs()
+                and (Path(args.env).expanduser().is_dir() or "/" in args.env or "\\" in args.env)):
+            args.env, args.run_dir = None, args.env  # %grpo_eval RUN_DIR: the run's own env (a missing one is said so)
         if args.run_dir is None and args.model is None:
             run = last_run()
             if run is None:
                 raise UsageError("Nothing to evaluate; pass a run's output folder or --model MODEL: "
                                  "%grpo_eval ENV RUN_DIR.")
             args.run_dir = str(run.output_dir)
+        from .evaluation import missing_folder_message
+
+        missing = missing_folder_message(args.run_dir, folder=True) if args.run_dir else None
+        if missing:
+            raise UsageError(missing)
         env = args.env
         if env is None and not (args.run_dir and Path(args.run_dir, "events.jsonl").is_file()):
             env = self._env_name(None, GRPOParams())

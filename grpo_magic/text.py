@@ -67,3 +67,22 @@ def format_duration(seconds: float | None, unknown: str = "-") -> str:
 def plural(n: int, word: str, many: str | None = None) -> str:
     """``1 GPU``, ``2 GPUs``; ``many`` for irregular plurals (``process`` -> ``processes``)."""
     return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def module_name_of_path(value: str) -> str | None:
+    """The dotted module name that a file path given as a module means (``my_envs/json_env.py`` is
+    ``my_envs.json_env``, relative to the current folder when inside it), or None when ``value`` is no path."""
+    import os
+    from pathlib import Path
+
+    text = value.strip().replace("\\", "/")
+    if not (text.endswith(".py") or "/" in text):
+        return None
+    path = Path(text[:-3] if text.endswith(".py") else text).expanduser()
+    if path.is_absolute():
+        try:
+            path = path.resolve().relative_to(Path(os.getcwd()).resolve())
+        except ValueError:  # outside the current folder: its own name, imported from its folder
+            path = Path(path.name)
+    parts = [part for part in path.parts if part not in ("", ".")]
+    return ".".join(parts) if parts else None
