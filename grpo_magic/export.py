@@ -1,7 +1,8 @@
 """Notebook to cluster: ``%grpo_export ENV --to DIR`` writes a folder that trains anywhere.
 
 The folder holds the env as a module, ``launch.sh`` with the ``grpo-magic train`` command of the
-current form values, and an accelerate config template. ``launch.sh`` runs from any working
+last run that started (or of the form's values, ``--from-form``; ``params_to_export``), and an accelerate
+config template. ``launch.sh`` runs from any working
 directory (it changes to its own folder, so the module imports) and passes its arguments through
 after the exported flags, so ``./launch.sh --max-steps 1`` or ``./launch.sh --dry-run`` work.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import shlex
 import stat
 from pathlib import Path
+from typing import Any
 
 from .params import GRPOParams
 from .redaction import redact
@@ -25,6 +27,8 @@ ACCELERATE_CONFIG_NAME = "accelerate_config.yaml"
 SBATCH_NAME = "slurm.sbatch"
 SLURM_ACCELERATE_CONFIG_NAME = "accelerate_config_slurm.yaml"
 CLUSTERS = ("none", "slurm")
+RUNS_DIR = "grpo-runs"  # folders.RUNS_DIR: the parent of the folder a run gets when it names none (export's room
+# imports only params and redaction, docs/architecture.md)
 
 
 def module_source(env_name: str, code: str) -> str:
@@ -207,3 +211,41 @@ def write_folder(folder: Path, module_name: str, env_name: str, code: str, param
         sbatch.chmod(sbatch.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         slurm_config.write_text(slurm_accelerate_config(nodes, gpus_per_node), encoding="utf-8")
     return files
+
+
+
+def params_to_export(last: Any, form: Any, *, from_form: bool = False,
+                     default_model: str | None = None) -> tuple[GRPOParams | None, str]:
+    """The parameters ``%grpo_export`` writes and which they are, in words (its output says so); or None and the
+    sentence that refuses ``from_form``.
+
+    The last run that started (``last_run()``: its parameters, as its run log has them), since that is what
+    trained; a ``%grpo_train`` line that was refused never started, so it is never exported. ``from_form``: the
+    shown form's values, which must be valid. With no run yet: the form's values when a valid form is shown,
+    else the defaults.
+    """
+    def form_params() -> tuple[GRPOParams | None, str]:
+        if form is None:
+            return None, "no form is shown"
+        try:
+            params = form.params()
+            problems = params.problems()
+        except (TypeError, ValueError) as exc:  # GRPOMagicError is a ValueError
+            return None, str(exc)
+        return (None, problems[0][1]) if problems else (params, "")
+
+    if from_form:
+        params, problem = form_params()
+        if params is None:
+            return None, (f"--from-form exports the form's values, and {problem.rstrip('.')}; show a form with valid "
+                          "values (%grpo_train --env NAME), or drop --from-form to export the last run's parameters.")
+        return params, "the form (--from-form)"
+    if last is not None:
+        params = last.params
+        if params.project_name and Path(params.project_name).parent.name == RUNS_DIR:
+            params = params.replace(project_name=None)  # a folder of its own per run, as that run got
+        return params, f"the last run that started, {last.output_dir} (--from-form: the form's)"
+    params, _ = form_params()
+    if params is not None:
+        return params, "the form (no run has started in this session)"
+    return GRPOParams(model=default_model or None), "the defaults (no run has started in this session)"

@@ -52,6 +52,7 @@ class GrpoMagics(Magics):
         self.last_params: GRPOParams | None = None
         self.last_model: str | None = None
         self.last_form: TrainForm | None = None
+        self.last_started: Any = None  # the last run %grpo_train or its form started: what %grpo_export writes
 
     # ------------------------------------------------------------ %%grpo_env
 
@@ -255,6 +256,7 @@ class GrpoMagics(Magics):
         self.last_model = params.model
         run = train(params, env_name, blocking=blocking, display=display if display is not None else self.dashboard,
                     resume=resume, raise_on_failure=False)
+        self.last_started = run  # a refused line raised above: it never started, and is never exported
         return run
 
     def _start_from_form(self, params: GRPOParams, env_name: str | None, show: Any) -> Any:
@@ -424,10 +426,11 @@ class GrpoMagics(Magics):
     @no_var_expand
     @line_magic
     def grpo_export(self, line: str = "") -> Path:
-        """Write a cell env as a module: %grpo_export ENV --to FILE.py [--force]
+        """Write a cell env as a module: %grpo_export ENV --to FILE.py [--force] [--from-form]
 
-        With --to DIR (no .py suffix) the folder gets the module, launch.sh (the grpo-magic train
-        command of the current form values; ./launch.sh accelerate for plain accelerate launch)
+        The command printed (and launch.sh's) has the parameters of the last run that started, or with
+        --from-form the form's values; the output says which. With --to DIR (no .py suffix) the folder
+        gets the module, launch.sh (that grpo-magic train command; ./launch.sh accelerate for plain accelerate launch)
         and accelerate_config.yaml: copy it to a cluster and run ./launch.sh there. With
         --cluster slurm [--nodes N] [--gpus-per-node G] it also gets slurm.sbatch (srun starts
         launch.sh on every node, the rendezvous from SLURM's variables) and
@@ -440,6 +443,7 @@ class GrpoMagics(Magics):
         parser.add_argument("--cluster", default="none")
         parser.add_argument("--nodes", type=int, default=2)
         parser.add_argument("--gpus-per-node", type=int, default=8)
+        parser.add_argument("--from-form", action="store_true")
         args = _parse(parser, line)
         cluster = _export_cluster(args)
         name = self._env_name(args.env, GRPOParams())
@@ -450,7 +454,7 @@ class GrpoMagics(Magics):
         target = Path(args.to or f"{module_name_for(spec.name)}.py")
         if target.suffix != ".py":
             return self._export_folder(spec, target, force=args.force, cluster=cluster, nodes=args.nodes,
-                                       gpus_per_node=args.gpus_per_node)
+                                       gpus_per_node=args.gpus_per_node, from_form=args.from_form)
         if cluster != "none":
             raise UsageError(f"--cluster {cluster} writes a folder (the module, launch.sh and {cluster}.sbatch), not "
                              f"one file; use --to DIR instead of --to {target}.")
@@ -460,29 +464,29 @@ class GrpoMagics(Magics):
             raise UsageError(f"{target} exists; pass --force to overwrite it.")
         from .export import module_source
 
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(module_source(spec.name, spec.code), encoding="utf-8")
-        params = self._export_params().replace(
+        params = self._export_params(args.from_form).replace(  # refused (--from-form) before anything is written
             rl_env_module=target.stem, rl_env_class=spec.attr_name,
             rl_env_config=json.dumps(spec.config) if spec.config else None)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(module_source(spec.name, spec.code), encoding="utf-8")
         command = params.to_command()
         print(f"wrote {target}\nrun it from {target.parent.resolve()}:\n  {command}\n"
               f"on several GPUs:\n  {command.replace('grpo-magic train', 'accelerate launch -m grpo_magic train', 1)}")
         return target
 
-    def _export_params(self) -> GRPOParams:
-        """The current form's values when a form is shown and valid, else the last %grpo_train's."""
-        if self.last_form is not None:
-            try:
-                params = self.last_form.params()
-            except (GRPOMagicError, TypeError, ValueError):
-                params = None
-            if params is not None and not params.problems():
-                return params
-        return self.last_params or GRPOParams(model=self.default_model or None)
+    def _export_params(self, from_form: bool) -> GRPOParams:
+        """The last started run's parameters (``--from-form``: the form's), and a line saying which (export)."""
+        from .export import params_to_export
+
+        params, which = params_to_export(self.last_started, self.last_form, from_form=from_form,
+                                         default_model=self.default_model)
+        if params is None:
+            raise UsageError(which)
+        print(f"parameters from {which}")
+        return params
 
     def _export_folder(self, spec: EnvSpec, folder: Path, *, force: bool, cluster: str = "none", nodes: int = 2,
-                       gpus_per_node: int = 8) -> Path:
+                       gpus_per_node: int = 8, from_form: bool = False) -> Path:
         from .export import SBATCH_NAME, folder_files, write_folder
 
         module = module_name_for(spec.name)
@@ -494,7 +498,7 @@ class GrpoMagics(Magics):
         existing = [p for p in folder_files(folder, module, cluster) if p.exists()]
         if existing and not force:
             raise UsageError(f"{existing[0]} exists; pass --force to overwrite it.")
-        params = self._export_params().replace(
+        params = self._export_params(from_form).replace(
             rl_env_module=module, rl_env_class=spec.attr_name,
             rl_env_config=json.dumps(spec.config) if spec.config else None)
         files = write_folder(folder, module, spec.name, spec.code or "", params, cluster=cluster, nodes=nodes,
