@@ -222,6 +222,10 @@ class GrpoMagics(Magics):
             raise UsageError(str(exc)) from None
         env_name = self._env_name(args.env, params)
         self.last_params = params
+        if "model" not in vars(args) and params.model:  # the CLI requires --model; here the default stands in, and says so
+            demo = ", the offline demo model" if params.model == "tiny" else ""
+            print(f"model: {params.model} (no --model given: GrpoMagics.default_model{demo}; pass --model MODEL, or "
+                  f"%config GrpoMagics.default_model = 'MODEL' for every run)")
         if not args.run:
             self.last_form = TrainForm(params, env_name, start=self._start_from_form)
             return self.last_form
