@@ -6,8 +6,9 @@ the precision the run would choose on that card (``device.choose_precision``: bf
 8.0, fp16 mixed precision on a T4): weights, gradients and optimizer state of what trains (all weights, or the LoRA adapters),
 a frozen reference model when ``beta > 0``, the activations a backward pass keeps for
 ``generation batch x (prompt + completion)`` tokens (one layer's worth per sequence with activation
-checkpointing), the logits, and vLLM's share of the GPU in colocate mode. ``bench/memory.py`` checks
-the terms against measurements on CPU (optimizer state bytes, saved activations of a forward pass).
+checkpointing), the logits as the installed TRL computes them (``logits_bytes``), and vLLM's share of the GPU
+in colocate mode. ``bench/memory.py`` checks the terms against measurements on CPU (optimizer state bytes,
+saved activations of a forward pass).
 """
 
 from __future__ import annotations
@@ -29,6 +30,47 @@ def activation_values_per_token_layer(config: Any) -> int:
     (hidden 64, intermediate 128) where this gives 16 x hidden."""
     h = config.hidden_size
     return 8 * h + 4 * getattr(config, "intermediate_size", 4 * h)
+
+
+#: The logits tile TRL's fused LM head computes at a time, (tokens, vocabulary columns): ``TOKEN_CHUNK_SIZE`` of
+#: ``trl/kernels/chunked_logprob.py`` and the ``chunk_size`` ``trl/trainer/utils.py`` passes it (TRL 1.16).
+FUSED_TILE = (4096, 32768)
+#: The first TRL whose GRPOTrainer patches the policy with ``add_fused_lm_head`` (log-probabilities in tiles).
+FUSED_LM_HEAD_SINCE = "1.15"
+
+
+def fused_lm_head_tile(version: str | None = None) -> tuple[int, int] | None:
+    """The logits tile of the installed TRL (or of ``version``), or None for a TRL that builds the whole
+    ``tokens x vocab`` logits (before 1.15)."""
+    from importlib.metadata import version as installed
+
+    from packaging.version import Version
+
+    return FUSED_TILE if Version(version or installed("trl")) >= Version(FUSED_LM_HEAD_SINCE) else None
+
+
+def logits_bytes(config: Any, *, sequences: int, prompt_tokens: int, completion_tokens: int, compute_bytes: int,
+                 gpu: bool, head_trains: bool, tile: tuple[int, int] | None) -> float:
+    """The memory of the log-probabilities' LM head, as the installed TRL computes them (``fused_lm_head_tile``).
+
+    TRL >= 1.15 never builds the ``tokens x vocab`` logits: one ``[tile tokens, tile columns]`` tile in the compute
+    dtype at a time (reused for every tile, forward and backward), per-token float32 statistics, the scored positions'
+    hidden states and their float32 gradient, and the LM head's float32 gradient when it trains (full fine-tuning).
+    On CUDA (Triton) only the completion tokens are scored; elsewhere every position is, and torch's fold of a tile
+    adds three float32 copies of it. Older TRL (``tile`` None) builds float32 logits of every token and their
+    log-softmax.
+    """
+    vocab, hidden = config.vocab_size, config.hidden_size
+    if tile is None:
+        return sequences * (prompt_tokens + completion_tokens) * vocab * 4 * 2
+    rows = sequences * (completion_tokens if gpu else prompt_tokens + completion_tokens)
+    cells = min(rows, tile[0]) * min(vocab, tile[1])
+    total = cells * compute_bytes + (0 if gpu else 3 * cells * 4)
+    total += rows * hidden * (compute_bytes + 4)  # scored hidden states, and their float32 gradient in backward
+    total += rows * 8 * 4  # running max, sums, target logit, log-prob, entropy...: float32 per token
+    if head_trains:
+        total += vocab * hidden * 4  # the head's gradient, accumulated in float32 over the tiles
+    return total
 
 
 @dataclass
@@ -134,13 +176,9 @@ def estimate(
     """The memory a run of ``params`` needs on ``card`` (default: this kernel's GPU)."""
     kwargs = params.grpo_config_kwargs()
     path = model_path or params.model
-    from .models import OFFLINE_MODELS, TINY_AGENT, tiny_agent_config, tiny_model_path
+    from .models import model_config
 
-    # the offline models without a build: tiny-math is tiny fine-tuned (tiny's config), tiny-agent tiny resized
-    if path == TINY_AGENT:
-        n, config = count_parameters(config=tiny_agent_config())
-    else:
-        n, config = count_parameters(str(tiny_model_path() if path in OFFLINE_MODELS else path))
+    n, config = count_parameters(config=model_config(str(path)))  # an offline model's without building it
     precision = _precision(params, kwargs, card)
     half = precision != "fp32"  # activations under bf16/fp16 autocast
     # The weights as device.load_dtype loads them: bf16 in bf16; fp16 is mixed precision, so weights that train
@@ -160,7 +198,10 @@ def estimate(
     # Checkpointing keeps each layer's input and recomputes one layer at a time during backward.
     boundaries = tokens * config.hidden_size * act_bytes * layers
     activations = boundaries + tokens * per_token_layer if checkpointing else tokens * per_token_layer * layers
-    logits = tokens * config.vocab_size * 4 * 2  # float32 logits and their log-softmax
+    name, card_bytes = card_memory(card)
+    logits = logits_bytes(config, sequences=sequences, prompt_tokens=prompt_tokens, completion_tokens=completion,
+                          compute_bytes=act_bytes, gpu=card_bytes is not None, head_trains=not params.peft,
+                          tile=fused_lm_head_tile())
     terms = {
         "weights": n * weight_bytes,
         "gradients": trainable * trained_bytes,
@@ -172,7 +213,6 @@ def estimate(
         terms["weights"] += trainable * 4  # the adapters themselves, in float32
     if float(kwargs.get("beta") or 0) > 0 and not params.peft:
         terms["reference model"] = n * weight_bytes
-    name, card_bytes = card_memory(card)
     if params.use_vllm and params.vllm_mode == "colocate" and card_bytes is not None:
         terms["vLLM share"] = card_bytes * float(params.vllm_gpu_memory_utilization)
     result = Estimate(str(params.model), n, trainable, terms, name, card_bytes)

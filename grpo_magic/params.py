@@ -29,14 +29,6 @@ from .text import finite, show
 #: Form sections, in display order.
 GROUPS = ("Model", "Environment", "GRPO", "Generation", "Optimization", "LoRA", "vLLM", "Evaluation", "Output")
 
-#: TRL asks vLLM for ``quantization="bitsandbytes"`` when the policy is 4-bit, and bitsandbytes left vLLM's core in
-#: 0.28 (a separate plugin now), so vLLM cannot start with a QLoRA policy: refused before any model loads.
-FOUR_BIT_WITH_VLLM = (
-    "load_in_4bit (--load-in-4bit) cannot be used with --use-vllm: TRL would start vLLM with bitsandbytes "
-    "quantization, which vLLM no longer ships (since 0.28); drop --use-vllm to generate with TRL, or drop "
-    "--load-in-4bit to train LoRA adapters (--peft) on the full-precision model with vLLM."
-)
-
 #: ``grpo-magic train``'s output folder when no --project-name is given: the seed's, so that a script run again
 #: or ``--resume`` finds its folder. Elsewhere no project_name means a new folder per run (``folders``).
 CLI_PROJECT_NAME = "grpo-run"
@@ -424,12 +416,10 @@ class GRPOParams:
                 "vllm_mode server needs --vllm-server-url, the URL of a running server "
                 "(start one with: trl vllm-serve --model MODEL); or use --vllm-mode colocate.",
             ))
-        if self.load_in_4bit and self.use_vllm:  # before the GPU checks: the combination fails on every machine
-            found.append(("load_in_4bit", FOUR_BIT_WITH_VLLM))
-        elif self.load_in_4bit:
+        if self.load_in_4bit:
             from .models import four_bit_problem
 
-            if problem := four_bit_problem(self.peft):
+            if problem := four_bit_problem(self.peft, use_vllm=self.use_vllm):
                 found.append(("load_in_4bit", problem))
         if (self.rl_env_module is None) != (self.rl_env_class is None):
             missing = "rl_env_class (--rl-env-class)" if self.rl_env_class is None else "rl_env_module (--rl-env-module)"

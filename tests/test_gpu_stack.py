@@ -180,3 +180,52 @@ def test_on_cuda_the_model_loads_straight_onto_the_process_s_device(cuda, from_p
     assert from_pretrained[-1]["device_map"] == {"": 1}
     load_model("tiny", dtype=torch.float32, model_init_kwargs={"device_map": "auto"})  # the user's wins
     assert from_pretrained[-1]["device_map"] == "auto"
+
+
+# ---------------------------------------------------------------- 5. the memory estimate follows the installed TRL
+
+#: Qwen2.5-0.5B-Instruct's config.json (its shape: the numbers that size every term).
+QWEN_05B = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 896, "num_hidden_layers": 24,
+            "num_attention_heads": 14, "num_key_value_heads": 2, "intermediate_size": 4864, "vocab_size": 151936,
+            "tie_word_embeddings": True, "max_position_embeddings": 32768, "rms_norm_eps": 1e-06,
+            "rope_theta": 1000000.0, "torch_dtype": "bfloat16"}
+#: Notebook 03's training line.
+NOTEBOOK_03 = dict(peft=True, lora_r=16, lora_alpha=32, use_vllm=True, vllm_mode="colocate",
+                   vllm_gpu_memory_utilization=0.3, rl_num_generations=8, batch_size=16, rl_max_new_tokens=512,
+                   rl_max_tool_turns=4, lr=5e-5, max_steps=60)
+
+
+@pytest.fixture
+def qwen_05b(tmp_path):
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps(QWEN_05B))
+    return str(tmp_path)
+
+
+def test_notebook_03_s_run_fits_a_t4_because_trl_computes_the_logits_in_tiles(qwen_05b):
+    from trl.kernels import chunked_logprob
+    from trl.trainer import utils as trl_utils
+
+    from grpo_magic.memory import estimate, fused_lm_head_tile
+
+    assert fused_lm_head_tile() == (chunked_logprob.TOKEN_CHUNK_SIZE, trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE)
+    est = estimate(GRPOParams(model="Qwen/Qwen2.5-0.5B-Instruct", **NOTEBOOK_03), qwen_05b, card="T4")
+    completion_tokens = 16 * 512  # a micro-batch's completions: on CUDA only they are scored
+    tile = 4096 * 32768 * 2  # one fp16 tile, reused (a T4 trains in fp16)
+    assert est.terms["logits"] == tile + completion_tokens * 896 * (2 + 4) + completion_tokens * 32
+    assert est.terms["logits"] < 0.35e9  # was 14.94 GB: tokens x vocab x 8 bytes
+    assert est.fits is True and "fits on T4 (16 GB)" in est.text(), est.text()
+    assert 7.0e9 < est.total < 8.0e9  # weights 1.02, gradients 0.04, optimizer 0.07, activations 1.18, vLLM 4.80
+    full = estimate(GRPOParams(model="Qwen/Qwen2.5-0.5B-Instruct", **{**NOTEBOOK_03, "peft": False}), qwen_05b,
+                    card="T4")
+    assert full.terms["logits"] - est.terms["logits"] == 151936 * 896 * 4  # the trained head's float32 gradient
+
+
+def test_an_older_trl_keeps_the_whole_logits_term(qwen_05b, monkeypatch):
+    from grpo_magic import memory
+
+    assert memory.fused_lm_head_tile("1.14.0") is None and memory.fused_lm_head_tile("1.15.0") == (4096, 32768)
+    monkeypatch.setattr(memory, "fused_lm_head_tile", lambda version=None: None)
+    est = memory.estimate(GRPOParams(model="Qwen/Qwen2.5-0.5B-Instruct", **NOTEBOOK_03), qwen_05b, card="T4")
+    assert est.terms["logits"] == 16 * (256 + 512) * 151936 * 8 and est.fits is False

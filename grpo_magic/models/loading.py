@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import GRPOMagicError
 from ..text import one_line
 from .tiny import TINY, tiny_model_path
-from .tiny_agent import TINY_AGENT, tiny_agent_path
+from .tiny_agent import TINY_AGENT, tiny_agent_config, tiny_agent_path
 from .tiny_math import TINY_MATH, tiny_math_path
 
 if TYPE_CHECKING:
@@ -32,6 +32,20 @@ _HUB_DEADLINE = 8.0
 OFFLINE_MODELS: dict[str, Callable[[], pathlib.Path]] = {
     TINY: tiny_model_path, TINY_AGENT: tiny_agent_path, TINY_MATH: tiny_math_path,
 }
+
+#: The offline models whose config differs from ``tiny``'s, read without a build (the others are ``tiny`` fine-tuned).
+OFFLINE_CONFIGS: dict[str, Callable[[], Any]] = {TINY_AGENT: tiny_agent_config}
+
+
+def model_config(name_or_path: str) -> Any:
+    """The model's transformers config, without reading weights or building an offline model (minutes): what an
+    estimate made before a run needs."""
+    from transformers import AutoConfig
+
+    if name_or_path in OFFLINE_CONFIGS:
+        return OFFLINE_CONFIGS[name_or_path]()
+    return AutoConfig.from_pretrained(str(tiny_model_path()) if name_or_path in OFFLINE_MODELS else name_or_path)
+
 
 def _not_found(name: str) -> GRPOMagicError:
     return GRPOMagicError(
@@ -333,10 +347,18 @@ def quantization_config(compute_dtype: Any) -> Any:
                               bnb_4bit_compute_dtype=compute_dtype)
 
 
-def four_bit_problem(peft: bool) -> str | None:
-    """Why --load-in-4bit cannot work here, in one sentence, before any model loads; None when it can."""
+def four_bit_problem(peft: bool, *, use_vllm: bool = False) -> str | None:
+    """Why --load-in-4bit cannot work here, in one sentence, before any model loads; None when it can.
+
+    With vLLM it cannot work on any machine: TRL starts vLLM with ``quantization="bitsandbytes"`` for a 4-bit
+    policy, and bitsandbytes left vLLM's core in 0.28 (a separate plugin now).
+    """
     import importlib.util
 
+    if use_vllm:
+        return ("load_in_4bit (--load-in-4bit) cannot be used with --use-vllm: TRL would start vLLM with "
+                "bitsandbytes quantization, which vLLM no longer ships (since 0.28); drop --use-vllm to generate "
+                "with TRL, or drop --load-in-4bit to train LoRA adapters (--peft) on the full-precision model with vLLM.")
     if not peft:
         return ("load_in_4bit (--load-in-4bit) trains LoRA adapters on a frozen 4-bit model, so it needs --peft; "
                 "add --peft, or leave --load-in-4bit out.")
