@@ -229,3 +229,25 @@ def test_an_older_trl_keeps_the_whole_logits_term(qwen_05b, monkeypatch):
     monkeypatch.setattr(memory, "fused_lm_head_tile", lambda version=None: None)
     est = memory.estimate(GRPOParams(model="Qwen/Qwen2.5-0.5B-Instruct", **NOTEBOOK_03), qwen_05b, card="T4")
     assert est.terms["logits"] == 16 * (256 + 512) * 151936 * 8 and est.fits is False
+
+
+# ---------------------------------------------------------------- 6. the vllm extra: the release TRL declares
+
+
+def test_the_vllm_extra_pins_the_newest_vllm_the_installed_trl_declares():
+    from importlib.metadata import requires
+    from pathlib import Path
+
+    import tomllib
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    (extra,) = [Requirement(r) for r in project["optional-dependencies"]["vllm"] if Requirement(r).name == "vllm"]
+    (trl,) = [Requirement(r) for r in requires("trl") or []
+              if Requirement(r).name == "vllm" and r.split(";")[1:] and Requirement(r).marker.evaluate({"extra": "vllm"})]
+    (newest,) = [Version(s.version) for s in trl.specifier if s.operator == "<="]
+    assert [(s.operator, Version(s.version)) for s in extra.specifier] == [("==", newest)]  # TRL 1.16: 0.31.0
+    assert newest in trl.specifier and Version(f"{newest}.post1") not in extra.specifier
+    later = Version(f"{newest.major}.{newest.minor}.{newest.micro + 1}")
+    assert later not in trl.specifier and later not in extra.specifier  # 0.31.1: outside TRL's range and the extra
