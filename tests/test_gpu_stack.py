@@ -251,3 +251,44 @@ def test_the_vllm_extra_pins_the_newest_vllm_the_installed_trl_declares():
     assert newest in trl.specifier and Version(f"{newest}.post1") not in extra.specifier
     later = Version(f"{newest.major}.{newest.minor}.{newest.micro + 1}")
     assert later not in trl.specifier and later not in extra.specifier  # 0.31.1: outside TRL's range and the extra
+
+
+# ---------------------------------------------------------------- 7. a learning rate bf16 adapters can take
+
+
+def test_bf16_rounds_away_adam_steps_below_the_floor_on_lora_s_a_matrices():
+    """The floor's reason, measured: one AdamW step on a LoRA A matrix (PEFT's init) kept in bf16."""
+    import math
+
+    import torch
+
+    from grpo_magic.preflight import bf16_lr_floor
+
+    torch.manual_seed(0)
+
+    def moved(lr: float) -> float:
+        a = torch.empty(16, 896)
+        torch.nn.init.kaiming_uniform_(a, a=math.sqrt(5))
+        p = torch.nn.Parameter(a.to(torch.bfloat16))
+        before = p.detach().clone()
+        p.grad = torch.randn_like(p)
+        torch.optim.AdamW([p], lr=lr, weight_decay=0.0).step()
+        return (p.detach() != before).float().mean().item()
+
+    assert moved(1e-5) < 0.2 and moved(bf16_lr_floor(896)) > 0.85 and bf16_lr_floor(896) == pytest.approx(6.5e-5, 0.01)
+
+
+def test_qlora_at_a_learning_rate_bf16_cannot_resolve_is_warned_in_one_sentence(qwen_05b, monkeypatch, caplog):
+    from grpo_magic import models
+    from grpo_magic.preflight import bf16_adapter_lr_warning, prepare
+
+    qlora = GRPOParams(model="tiny", peft=True, load_in_4bit=True)  # --lr's default, 1e-5
+    words = bf16_adapter_lr_warning(qlora, qwen_05b)
+    assert words.startswith("lr (--lr) 1e-05 is too small") and "use --lr 1e-4 or more" in words
+    assert words.count(". ") == 0 and words.endswith(".")
+    assert bf16_adapter_lr_warning(qlora.replace(lr=1e-4), qwen_05b) is None
+    assert bf16_adapter_lr_warning(qlora.replace(load_in_4bit=False), qwen_05b) is None  # PEFT keeps them float32
+    monkeypatch.setattr(models, "four_bit_problem", lambda peft, use_vllm=False: None)  # stand in for a CUDA GPU
+    with caplog.at_level("WARNING", logger="grpo_magic.preflight"):
+        prepare(qlora.replace(rl_env_module="envs.letters", rl_env_class="LettersEnv"))
+    assert any("lr (--lr) 1e-05 is too small" in r.getMessage() for r in caplog.records)
