@@ -411,6 +411,15 @@ def test_rescore_puts_the_model_where_a_run_would(in_tmp, monkeypatch, cuda_devi
         return self
 
     monkeypatch.setattr(torch.nn.Module, "to", to)
+    from transformers import AutoModelForCausalLM
+
+    real_load, maps = AutoModelForCausalLM.from_pretrained, []
+
+    def load(path, **kwargs):  # the stand-in GPU: the device map the weights would load onto, recorded
+        maps.append(kwargs.pop("device_map", None))
+        return real_load(path, **kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", load)
     seen: list[object] = []
 
     class Seeing(LettersEnv):
@@ -420,7 +429,7 @@ def test_rescore_puts_the_model_where_a_run_would(in_tmp, monkeypatch, cuda_devi
 
     monkeypatch.setattr(device, "cuda_capability", lambda device=None: None)  # loads in float32 on this CPU
     report = rescore(run, Seeing(), model="tiny")
-    assert report.groups and moved == ["cuda:1"]
+    assert report.groups and moved == ["cuda:1"] and maps == [{"": 1}]  # loaded onto cuda:1 (load_model's device_map)
     assert seen and all(isinstance(m, torch.nn.Module) for m in seen)
 
 
