@@ -176,6 +176,17 @@ class VLLMServerGenerator(EpisodeGenerator):
         self.client = client
         self.base_url = base_url
         self._lock = threading.Lock()
+        self._served: int | None = None
+        self._served_read = False
+
+    def context_length(self) -> int | None:
+        """The context the server was started with (its ``/v1/models`` answer's ``max_model_len``), read once: a
+        launched server's is the run's (``preflight.vllm_context_length``), not the model's; else the model's."""
+        with self._lock:
+            if not self._served_read:
+                self._served = served_max_model_len(self.base_url or getattr(self.client, "base_url", None))
+                self._served_read = True
+        return self._served if self._served is not None else super().context_length()
 
     def _client(self) -> Any:
         with self._lock:
@@ -190,6 +201,24 @@ class VLLMServerGenerator(EpisodeGenerator):
         from .trl_compat import vllm_server_generate
 
         return vllm_server_generate(self._client(), prompt_ids, max_new_tokens, **sampling)
+
+
+def served_max_model_len(base_url: str | None, timeout: float = 5.0) -> int | None:
+    """``max_model_len`` of the model a vLLM server serves (its OpenAI-compatible ``GET /v1/models``), or None
+    when the server does not say (no URL, no answer, another reply)."""
+    import json
+    import urllib.request
+
+    if not base_url:
+        return None
+    try:
+        with urllib.request.urlopen(base_url.rstrip("/") + "/v1/models", timeout=timeout) as response:  # noqa: S310
+            models = json.loads(response.read().decode("utf-8")).get("data") or []
+    except (OSError, ValueError, AttributeError):
+        return None
+    lengths = [m.get("max_model_len") for m in models if isinstance(m, dict)]
+    lengths = [n for n in lengths if isinstance(n, int) and not isinstance(n, bool) and n > 0]
+    return min(lengths) if lengths else None
 
 
 def eos_ids(model: Any, tokenizer: Any) -> list[int]:

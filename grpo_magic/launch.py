@@ -342,7 +342,8 @@ def _cuda_index(name: str) -> int | None:
 
 
 def _server_context_length(params: GRPOParams, model_path: str) -> int:
-    """The server's ``--max-model-len``: the explicit one, else the longest prompt plus ``rl_max_new_tokens``.
+    """The server's ``--max-model-len``: the explicit one, else the longest prompt plus ``rl_max_new_tokens`` (plus
+    the later turns of an env that continues its episodes with ``generator``: ``preflight.vllm_context_length``).
 
     The env's dataset is built here for it, as every training process will (a bad env is said here, once).
     """
@@ -354,7 +355,7 @@ def _server_context_length(params: GRPOParams, model_path: str) -> int:
 
     tokenizer = load_tokenizer(model_path)
     prepared = prepare_env(resolve_env(params, None), tokenizer)
-    return vllm_context_length(params, prepared.dataset, tokenizer, model_path, prepared.tools)
+    return vllm_context_length(params, prepared.dataset, tokenizer, model_path, prepared.tools, env=prepared.env)
 
 
 def _child_args(params: GRPOParams, options: LaunchOptions) -> list[str]:

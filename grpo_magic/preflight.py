@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from .env import PreparedEnv, prepare_env, resolve_env
+from .env import PreparedEnv, episode_parameters, prepare_env, resolve_env
 from .errors import GRPOMagicError
 from .params import GRPOParams
 
@@ -144,19 +144,45 @@ def longest_prompt_tokens(dataset: Any, tokenizer: Any, tools: list[dict[str, An
     return longest
 
 
+#: Tokens a turn's tool results are given when an env's episodes continue with ``generator`` (the hotel env's
+#: largest, a search of six rooms, is about 620 characters of JSON, some 200 tokens, plus the template's markers).
+TOOL_RESULT_TOKENS = 256
+
+
+def episode_turns(env: Any, params: GRPOParams) -> tuple[int, int] | None:
+    """(assistant turns, tokens per later reply) of an env whose ``score_episode`` continues episodes with
+    ``generator``; None for an env that does not (its episode is the one completion TRL generates).
+
+    Read from the env's ``max_turns`` and ``max_new_tokens`` (the hotel env's config keys) where it has them,
+    else ``rl_max_tool_turns`` and ``rl_max_new_tokens``.
+    """
+    if env is None or "generator" not in episode_parameters(env)[0]:
+        return None
+
+    def count(name: str, default: int) -> int:
+        value = getattr(env, name, None)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else default
+
+    return count("max_turns", params.rl_max_tool_turns), count("max_new_tokens", params.rl_max_new_tokens)
+
+
 def vllm_context_length(params: GRPOParams, dataset: Any, tokenizer: Any, model_path: str,
-                        tools: list[dict[str, Any]] | None = None) -> int:
+                        tools: list[dict[str, Any]] | None = None, env: Any = None) -> int:
     """vLLM's ``max_model_len`` for this run: the explicit ``vllm_max_model_length``, else the longest prompt plus
     ``rl_max_new_tokens`` (TRL bounds a whole tool loop's completion by it), never above the model's context.
 
-    Left unset, vLLM reserves KV cache for the model's whole context (32K-128K tokens), which does not fit a
-    T4 or an L4 at the default 0.3 share of GPU memory.
+    An env that continues its episodes with ``generator`` (``env``) gets the whole episode: after TRL's
+    completion, each later turn's tool results and reply (``episode_turns``), so that the engine has room
+    for every turn instead of ending the episode after the first. Left unset, vLLM reserves KV cache for the
+    model's whole context (32K-128K tokens), which does not fit a T4 or an L4 at the default 0.3 share of GPU memory.
     """
     if params.vllm_max_model_length is not None:
         return params.vllm_max_model_length
     from .models import model_context_length
 
     length = longest_prompt_tokens(dataset, tokenizer, tools) + params.rl_max_new_tokens
+    if (turns := episode_turns(env, params)) is not None:
+        length += (turns[0] - 1) * (TOOL_RESULT_TOKENS + turns[1])
     context = model_context_length(model_path)
     return min(length, context) if context else length
 

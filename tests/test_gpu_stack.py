@@ -292,3 +292,98 @@ def test_qlora_at_a_learning_rate_bf16_cannot_resolve_is_warned_in_one_sentence(
     with caplog.at_level("WARNING", logger="grpo_magic.preflight"):
         prepare(qlora.replace(rl_env_module="envs.letters", rl_env_class="LettersEnv"))
     assert any("lr (--lr) 1e-05 is too small" in r.getMessage() for r in caplog.records)
+
+
+# ---------------------------------------------------------------- 8. vLLM's context holds whole episodes
+
+
+class ThreeTurnEnv:
+    """Three assistant turns: TRL's completion, then two more through ``generator`` after each tool result."""
+
+    def __init__(self, max_turns: int = 3, max_new_tokens: int = 40) -> None:
+        self.max_turns, self.max_new_tokens = max_turns, max_new_tokens
+
+    def build_dataset(self, tokenizer):
+        from datasets import Dataset
+
+        return Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Book room {i}."}] for i in range(8)]})
+
+    def score_episode(self, model, tokenizer, completion, generator=None):
+        messages = [{"role": "assistant", "content": completion}]
+        for _ in range(self.max_turns - 1):
+            messages += [{"role": "tool", "content": '{"rooms": []}'}]
+            messages += [{"role": "assistant", "content": generator.chat(messages, max_new_tokens=self.max_new_tokens)}]
+        return 1.0
+
+
+class OneReplyEnv(ThreeTurnEnv):
+    def score_episode(self, model, tokenizer, completion):
+        return 1.0
+
+
+def test_vllm_s_context_holds_a_three_turn_episode_capped_by_the_model_s(tiny_path):
+    from grpo_magic.models import load_tokenizer
+    from grpo_magic.preflight import TOOL_RESULT_TOKENS, episode_turns, longest_prompt_tokens, vllm_context_length
+
+    tokenizer = load_tokenizer("tiny")
+    params = GRPOParams(model="tiny", rl_max_new_tokens=64, use_vllm=True)
+    env = ThreeTurnEnv()
+    data = env.build_dataset(tokenizer)
+    prompt = longest_prompt_tokens(data, tokenizer)
+    assert vllm_context_length(params, data, tokenizer, tiny_path, env=OneReplyEnv()) == prompt + 64  # as before
+    assert episode_turns(env, params) == (3, 40)
+    episode = vllm_context_length(params, data, tokenizer, tiny_path, env=env)
+    assert episode == prompt + 64 + 2 * (TOOL_RESULT_TOKENS + 40)  # TRL's completion, then two tool results + replies
+    assert vllm_context_length(params, data, tokenizer, tiny_path, env=ThreeTurnEnv(max_turns=30)) == 2048  # tiny's
+    assert vllm_context_length(params.replace(vllm_max_model_length=300), data, tokenizer, tiny_path, env=env) == 300
+
+    class NoTurns(ThreeTurnEnv):  # no max_turns or max_new_tokens of its own: the run's tool turns and reply length
+        def __init__(self):
+            pass
+
+    assert episode_turns(NoTurns(), params) == (params.rl_max_tool_turns, 64)
+
+
+@pytest.fixture
+def vllm_server():
+    """A stand-in vLLM server on 127.0.0.1 that answers ``GET /v1/models`` as vLLM's OpenAI server does."""
+    import http.server
+    import json
+    import threading
+
+    class Models(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            body = json.dumps({"object": "list", "data": [
+                {"id": "tiny", "object": "model", "root": "tiny", "max_model_len": 120}]}).encode()
+            self.send_response(200 if self.path == "/v1/models" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Models)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_server_generator_reads_the_context_the_server_was_started_with(vllm_server, tiny_path):
+    from types import SimpleNamespace
+
+    from grpo_magic.generation import PromptTooLong, VLLMServerGenerator, served_max_model_len
+    from grpo_magic.models import load_tokenizer
+
+    tokenizer = load_tokenizer("tiny")
+    model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=2048))
+    assert served_max_model_len(vllm_server) == 120
+    generator = VLLMServerGenerator(model, tokenizer, client=SimpleNamespace(base_url=vllm_server), max_new_tokens=40)
+    assert generator.context_length() == 120  # the server's cap, not the model's 2048
+    generator._complete = lambda ids, budget: pytest.fail("a request the server would refuse was sent")
+    with pytest.raises(PromptTooLong, match="context of 120 tokens"):
+        generator.generate("word " * 100)
+    silent = VLLMServerGenerator(model, tokenizer, base_url="http://127.0.0.1:9")  # nothing answers there
+    assert served_max_model_len("http://127.0.0.1:9", timeout=1) is None and silent.context_length() == 2048

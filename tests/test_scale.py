@@ -561,8 +561,8 @@ def test_a_process_without_trl_s_client_connects_to_the_server_itself(trl_vllm_t
     assert vllm_server.requests == []  # nothing until an episode generates
     assert generator.chat([{"role": "user", "content": "hi"}], max_new_tokens=5) == REPLY
     assert isinstance(generator.client, VLLMClient)
-    assert [(m, p) for m, p, _ in vllm_server.requests] == [
-        ("GET", "/health"), ("GET", "/v1/models"), ("POST", "/v1/completions")]
+    assert [(m, p) for m, p, _ in vllm_server.requests] == [  # the served context first, then TRL's client
+        ("GET", "/v1/models"), ("GET", "/health"), ("GET", "/v1/models"), ("POST", "/v1/completions")]
     assert vllm_server.posts()[0]["max_tokens"] == 5
 
 
