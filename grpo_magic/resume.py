@@ -146,19 +146,19 @@ def checkpoint_to_resume(output_dir: Path, params: GRPOParams, processes: int) -
             f"Cannot resume from {name} in {output_dir}: it was trained with {trained}, and this run has {this}; "
             f"resume with {fix} (other parameters, such as --max-steps, may change), {afresh}"
         )
-    step = checkpoint_step(checkpoint)
-    if params.max_steps is not None and params.max_steps <= step:
-        # Trainer would load the checkpoint, find nothing left to do and report "completed": a silent no-op.
-        raise GRPOMagicError(
-            f"Cannot resume from {name} in {output_dir}: --max-steps {params.max_steps} is at or below its step "
-            f"{step}, so nothing would be trained; pass a --max-steps above {step} (e.g. --max-steps {2 * step})."
-        )
     trained_by = checkpoint_processes(Path(checkpoint))
     if trained_by is not None and trained_by != processes:
         raise GRPOMagicError(
             f"Cannot resume from {name} in {output_dir}: it was trained by {trained_by} process"
             f"{'es' if trained_by > 1 else ''} and this run has {processes} (a step's batch spans every process); "
             f"resume with --num-processes {trained_by}, {afresh}"
+        )
+    step = checkpoint_step(checkpoint)
+    if params.max_steps is not None and params.max_steps <= step:
+        # Trainer would load the checkpoint, find nothing left to do and report "completed": a silent no-op.
+        raise GRPOMagicError(
+            f"Cannot resume from {name} in {output_dir}: --max-steps {params.max_steps} is at or below its step "
+            f"{step}, so nothing would be trained; pass a --max-steps above {step} (e.g. --max-steps {2 * step})."
         )
     return checkpoint
 
