@@ -55,7 +55,7 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         near = self.nearest_flag(message)
         if near:
-            raise ArgumentError(f"{message}; did you mean {near}?")
+            raise ArgumentError(f"{message}; did you mean {near}? ({self.prog} --help lists the flags)")
         raise ArgumentError(f"{message}; run {self.prog} --help for the flags and their values.")
 
     def nearest_flag(self, message: str) -> str | None:
@@ -69,7 +69,7 @@ class OneLineParser(argparse.ArgumentParser):
         if not unknown:
             return None
         flags = [f for f in self._option_string_actions if f.startswith("--") and f != "--help"]
-        near = difflib.get_close_matches(unknown[0], flags, n=1)
+        near = difflib.get_close_matches(unknown[0], flags, n=1, cutoff=0.75)  # no far-fetched guesses
         return near[0] if near else None
 
 
