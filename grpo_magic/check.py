@@ -152,6 +152,10 @@ class CheckReport:
         lines.append(f"verdict: {self.verdict}")
         return redact("\n".join(lines))  # the report quotes env errors and prompts: no token in it
 
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        """IPython in a terminal shows the text table that ``print(report)`` gives, not the one-line repr."""
+        p.text(str(self))
+
     def __repr__(self) -> str:
         return (f"CheckReport(env={self.env!r}, ready={self.ready}, mean={_fmt(self.mean)}, "
                 f"errors={self.error_count}, verdict={self.verdict!r})")

@@ -244,6 +244,10 @@ class EvalReport:
     def __str__(self) -> str:
         return report_text(self)
 
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        """IPython in a terminal shows the text table that ``print(report)`` gives, not the one-line repr."""
+        p.text(str(self))
+
     def _repr_html_(self) -> str:
         return report_html(self)
 

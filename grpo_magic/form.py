@@ -294,10 +294,26 @@ class TrainForm:
         except Exception as exc:  # noqa: BLE001 - a model whose config cannot be read: say so, beside the button
             self.fit_html.value = f"<span style='color:#b00020'>{html.escape(str(exc))}</span>"
 
+    def __str__(self) -> str:
+        """The form in words, for IPython in a terminal (no widgets there): its problems, or the command."""
+        try:
+            problems = [m for _, m in self.problems()]
+        except GRPOMagicError as exc:
+            problems = [str(exc)]
+        lines = [f"GRPO training form: env {self.env_name or '(module)'}"]
+        lines += [f"  ! {m}" for m in problems] or [f"  {command_for(self.params(), self.env_name)}"]
+        lines.append("  (widgets need Jupyter; in a terminal, add --run to the %grpo_train line to train)")
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(str(self))
+
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        display(self.widget)
+        bundle = dict(self.widget._repr_mimebundle_() or {})
+        bundle["text/plain"] = str(self)  # what a front end without widgets (IPython in a terminal) shows
+        display(bundle, raw=True)
 
 
 def _set_tooltip(widget: Any, text: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import html
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -167,7 +168,7 @@ class GrpoMagics(Magics):
         ``swap``: the run to hand the new class to (``run.swap_env``); ``running``: a run training
         on this env's name, which keeps the class it started with (the summary says so).
         """
-        from IPython.display import HTML, display
+        from IPython.display import display
 
         from .env import ENV_PROMPT_COLUMN, prompt_text
         from .models import load_tokenizer, resolve_model
@@ -199,14 +200,19 @@ class GrpoMagics(Magics):
             tools += " (an agent env: the trainer runs and trains whole episodes, one instance per rollout)"
         config = json.dumps(spec.config) if spec.config else "{}"
         original = prompt_text(data[0].get(ENV_PROMPT_COLUMN, data[0]["prompt"]))
-        display(HTML(
+        page = (
             f"<div class='grpo-env-summary'><b>registered env {html.escape(spec.name)}</b> "
             f"({html.escape(_kind(spec))}, config {html.escape(config)})<br>"
             f"dataset: {len(data)} prompts, columns: {html.escape(', '.join(columns))}<br>tools: {html.escape(tools)}"
             f"<details><summary>first prompt as the model sees it ({html.escape(model)} tokenizer)</summary>"
             f"<pre style='white-space:pre-wrap'>{html.escape(first)}</pre></details>"
             f"<!-- {html.escape(original[:80])} -->{note}</div>"
-        ))
+        )
+        text = (f"registered env {spec.name} ({_kind(spec)}, config {config})\ndataset: {len(data)} prompts, columns: "
+                f"{', '.join(columns)}\ntools: {tools}\nfirst prompt as the model sees it ({model} tokenizer):\n"
+                + "\n".join("  " + line for line in first.splitlines())
+                + ("\n" + html.unescape(re.sub(r"<[^>]+>", "", note.replace("<br>", ""))) if note else ""))
+        display({"text/html": page, "text/plain": text}, raw=True)  # text: IPython in a terminal
 
     # ------------------------------------------------------------ %grpo_train
 

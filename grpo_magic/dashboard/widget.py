@@ -345,10 +345,21 @@ class Dashboard:
             except Exception:  # noqa: BLE001 - a closed frontend: nothing to update
                 pass
 
+    def __str__(self) -> str:
+        """The dashboard in words: title and status, progress, model and folder, the curves' latest values."""
+        view = self.folded()
+        parts = [html.header_html(view), html.progress_text(view), html.info_html(view), summary_html(view)]
+        return "\n".join(text for text in map(_plain, parts) if text)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(str(self))
+
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         """The widget, and for frontends that show no widgets (a saved notebook on GitHub, nbconvert) the
-        PNG of the curves so far (none yet at the start of a live run; a replay's are complete)."""
-        bundle = dict(self.widget._repr_mimebundle_(**kwargs))
+        PNG of the curves so far (none yet at the start of a live run; a replay's are complete), and for
+        IPython in a terminal the dashboard in words (``str``)."""
+        bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})
+        bundle["text/plain"] = str(self)
         png = self.reward_png
         if png:
             bundle["image/png"] = base64.b64encode(png).decode("ascii")
@@ -544,3 +555,14 @@ def replay(output_dir: str, static: bool = False) -> Any:
 
         return Image(data=dash.reward_png, format="png")
     return dash
+
+
+def _plain(markup: str) -> str:
+    """HTML as terminal text: block ends become line ends, tags go, entities are decoded, blank lines dropped."""
+    import html as html_lib
+    import re
+
+    text = re.sub(r"<br\s*/?>|</(div|p|li|tr|h\d)>", "\n", markup)
+    text = html_lib.unescape(re.sub(r"<[^>]+>", "", text)).replace("\xa0", " ")
+    return "\n".join(line.strip() for line in text.splitlines() if line.strip())
+
