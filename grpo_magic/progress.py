@@ -26,7 +26,7 @@ from .events import (
     StepLogged,
 )
 from .redaction import redact
-from .text import finite, format_duration, plural
+from .text import finite, format_duration, plural, printable
 
 _BAR_WIDTH = 20
 
@@ -93,8 +93,9 @@ class TerminalProgress:
         return shutil.get_terminal_size((100, 24)).columns if self.tty else 100
 
     def _write_line(self, text: str) -> None:
-        """A whole line, ending the in-place progress line first; redacted like everything we print."""
-        text = redact(text)
+        """A whole line, ending the in-place progress line first; redacted like everything we print, and with
+        control characters (from completions, prompts, env errors) escaped."""
+        text = printable(redact(text))
         if self._open_line:
             self.stream.write("\n")
             self._open_line = False
@@ -102,7 +103,7 @@ class TerminalProgress:
         self.stream.flush()
 
     def _write_progress(self, text: str) -> None:
-        text = redact(text)
+        text = printable(redact(text))
         if self.tty:
             width = self._width()
             self.stream.write("\r" + text[: width - 1].ljust(width - 1))

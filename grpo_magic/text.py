@@ -86,3 +86,12 @@ def module_name_of_path(value: str) -> str | None:
             path = Path(path.name)
     parts = [part for part in path.parts if part not in ("", ".")]
     return ".".join(parts) if parts else None
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters shown as escapes (NUL as ``\\x00``, ESC as ``\\x1b``): a completion's bytes
+    must not ring the terminal's bell, move its cursor, colour it, or make ``grep`` call a log binary.
+    Line ends and tabs stay."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in "\n\t" else c.encode("unicode_escape").decode("ascii") for c in text)
