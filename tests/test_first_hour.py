@@ -17,7 +17,7 @@ from envs.letters import LettersEnv
 from grpo_magic import GRPOMagicError, GRPOParams, check_env
 from grpo_magic.check import REFUSAL
 from grpo_magic.cli import build_parser, main
-from grpo_magic.events import EpisodeError, GroupScored, RunStarted, event_to_json
+from grpo_magic.events import EpisodeError, GroupScored, RunStarted, StepLogged, event_to_json
 from grpo_magic.magic_args import train_parser
 from grpo_magic.resume import checkpoint_to_resume
 from grpo_magic.run import MAX_ERRORS_IN_MEMORY, MAX_GROUPS_IN_MEMORY, GRPORun
@@ -261,3 +261,71 @@ def test_train_without_model_says_which_model_it_uses(shell, capsys):
     assert "model: tiny (no --model given: GrpoMagics.default_model, the offline demo model" in out
     shell.run_line_magic("grpo_train", "--env CountEnv --model tiny")
     assert "no --model given" not in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- 8. IPython in a terminal: text, not reprs
+
+
+def _plain_text(shell, obj) -> str:
+    """What IPython in a terminal prints for ``obj`` (the text/plain of its display bundle)."""
+    from IPython.display import display
+
+    data, _ = shell.display_formatter.format(obj)
+    if hasattr(obj, "_ipython_display_"):  # displayed by itself: what it publishes
+        published = []
+        original = shell.display_pub.publish
+        shell.display_pub.publish = lambda data, *a, **k: published.append(data)
+        try:
+            display(obj)
+        finally:
+            shell.display_pub.publish = original
+        data = published[-1]
+    return data["text/plain"]
+
+
+def test_reports_show_their_text_table_in_a_terminal(shell):
+    report = check_env(NeverEnv, **FAST)
+    assert _plain_text(shell, report) == str(report) and "verdict:" in str(report)
+    evaluated = grpo_magic.evaluate(SolvedEnv, "tiny", greedy_only=True, baseline=None, rl_max_new_tokens=4)
+    assert _plain_text(shell, evaluated) == str(evaluated) and "greedy mean" in str(evaluated)
+
+
+def test_the_env_summary_form_and_dashboard_have_a_text_form(shell, capsys, in_tmp):
+    capsys.readouterr()
+    shell.run_cell_magic("grpo_env", "", ENV_CELL)
+    out = capsys.readouterr().out
+    assert "registered env CountEnv (class CountEnv" in out and "dataset: 8 prompts" in out
+    assert "IPython.core.display.HTML object" not in out
+    form = shell.run_line_magic("grpo_train", "--env CountEnv --model tiny --batch-size 8")
+    text = _plain_text(shell, form)
+    assert text == str(form) and "GRPO training form: env CountEnv" in text and "grpo-magic train" in text
+    assert "VBox" not in text
+    log = in_tmp / "run"
+    log.mkdir()
+    events = [RunStarted(params=GRPOParams(model="tiny").to_dict(), env_name="LettersEnv", model="tiny",
+                         output_dir=str(log), max_steps=2),
+              StepLogged(step=1, metrics={"reward": 0.25}, max_steps=2)]
+    (log / "events.jsonl").write_text("".join(event_to_json(e) + "\n" for e in events))
+    dash = grpo_magic.replay(str(log))
+    text = _plain_text(shell, dash)
+    assert text == str(dash) and "GRPO · LettersEnv" in text and "step 1/2" in text and "VBox" not in text
+
+
+# ---------------------------------------------------------------- 9. control characters in terminal progress
+
+
+def test_terminal_progress_escapes_control_characters_of_completions():
+    import io
+
+    from grpo_magic.progress import TerminalProgress
+
+    out = io.StringIO()
+    progress = TerminalProgress(stream=out, summary_every=1)
+    progress(RunStarted(params={}, env_name="E", model="tiny", output_dir="out", max_steps=2))
+    progress(EpisodeError(step=1, index=0, kind="exception", message="bad \x07 byte"))
+    progress(GroupScored(step=1, group=0, prompt="say \x1b[31mred", completions=["a\x00b\x08c", "ok"],
+                         scores=[0.5, 1.0], advantages=[-0.7, 0.7], errors=[None, None], clipped=[False, False]))
+    progress(StepLogged(step=1, metrics={"reward": 0.75}, max_steps=2))
+    text = out.getvalue()
+    assert not any(ord(c) < 32 and c != "\n" or ord(c) == 127 for c in text), repr(text)
+    assert "a\\x00b\\x08c" in text and "say \\x1b[31mred" in text and "bad \\x07 byte" in text
