@@ -56,6 +56,10 @@ def test_both_checkpointing_names_set_gradient_checkpointing_on_transformers_5_1
     assert (explicit, trl) == ({}, {"gradient_checkpointing": False})
     with pytest.raises(GRPOMagicError, match="same setting .*activation_checkpointing is its new name"):
         ts.route({"gradient_checkpointing": True, "activation_checkpointing": False}, names, GRPOParams.flag)
+    from grpo_magic.cli import build_parser, params_from_namespace
+
+    args = build_parser().parse_args(["train", "--model", "tiny", f"--no-{given.replace('_', '-')}"])
+    assert params_from_namespace(args).trl_settings == {"gradient_checkpointing": False}
 
 
 @pytest.mark.parametrize("given", ["gradient_checkpointing", "activation_checkpointing"])
