@@ -184,6 +184,8 @@ def test_on_cuda_the_model_loads_straight_onto_the_process_s_device(cuda, from_p
     assert from_pretrained[-1]["device_map"] == {"": 1}
     load_model("tiny", dtype=torch.float32, model_init_kwargs={"device_map": "auto"})  # the user's wins
     assert from_pretrained[-1]["device_map"] == "auto"
+    load_model("tiny", dtype=torch.float32, use_cpu=True)  # a run that trains on the CPU (use_cpu) all the same
+    assert "device_map" not in from_pretrained[-1]
 
 
 # ---------------------------------------------------------------- 5. the memory estimate follows the installed TRL

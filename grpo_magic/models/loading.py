@@ -295,6 +295,7 @@ def load_model(
     dtype: Any = None,
     load_in_4bit: bool = False,
     model_init_kwargs: dict[str, Any] | str | None = None,
+    use_cpu: bool = False,
 ) -> Any:
     """Load the causal LM in ``dtype``; default: the precision ``device.choose_precision`` picks for this device.
 
@@ -303,7 +304,8 @@ def load_model(
     implementation, ``use_kernels``, dtype...), which win over ours.
 
     On CUDA the weights load straight onto the process's device (``device_map``), not through host memory first:
-    a Colab runtime's RAM (about 12 GB) would otherwise cap the model at about 3B parameters in fp16.
+    a Colab runtime's RAM (about 12 GB) would otherwise cap the model at about 3B parameters in fp16; a run that
+    trains on the CPU all the same (TRL's ``use_cpu``) passes ``use_cpu``.
 
     Always the plain model: TRL applies LoRA itself from the config made by ``lora_config``. When
     ``tokenizer`` has more tokens than the model's embeddings (a pad token was added), the embeddings
@@ -318,7 +320,7 @@ def load_model(
     kwargs: dict[str, Any] = {"dtype": dtype, "trust_remote_code": trust_remote_code}
     if load_in_4bit:
         kwargs["quantization_config"] = quantization_config(dtype)
-    device = process_cuda_device()
+    device = None if use_cpu else process_cuda_device()
     if device is not None:
         kwargs["device_map"] = {"": device}
     kwargs.update(init_kwargs(model_init_kwargs))
