@@ -53,10 +53,11 @@ class OneLineParser(argparse.ArgumentParser):
         return self
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        helps = f"{self.prog} --help" if self.add_help else f"{self.prog}?"  # a magic's help is IPython's ?
         near = self.nearest_flag(message)
         if near:
-            raise ArgumentError(f"{message}; did you mean {near}? ({self.prog} --help lists the flags)")
-        raise ArgumentError(f"{message}; run {self.prog} --help for the flags and their values.")
+            raise ArgumentError(f"{message}; did you mean {near}? ({helps} lists the flags)")
+        raise ArgumentError(f"{message}; run {helps} for the flags and their values.")
 
     def nearest_flag(self, message: str) -> str | None:
         """The flag of this parser nearest to the first unknown one in argparse's ``message`` (difflib, as
