@@ -510,10 +510,10 @@ def _equal_groups_advice(r: CheckReport, scored_groups: list[list[float]]) -> st
     head = f"{r.zero_variance_groups} of {len(scored_groups)} groups have equal scores{every}"
     why = "GRPO learns only from differences within a group"
     if top == len(equal):
-        return (f"{head}, all at the top score 1.00: the env is already solved for this model, so there is nothing "
+        return (f"{head}{'' if every else ', all at the top score 1.00'}: the env is already solved for this model, so there is nothing "
                 f"to learn ({why}); raise the difficulty (harder prompts, a stricter score) or train a smaller model.")
     if zero == len(equal):
-        return (f"{head}, all 0.00: the reward never pays this model ({why}); give partial credit for steps "
+        return (f"{head}{'' if every else ', all 0.00'}: the reward never pays this model ({why}); give partial credit for steps "
                 "towards the answer, or make the prompts easier, or start from a stronger model.")
     if top + zero == len(equal):
         return (f"{head}: {top} at 1.00 (already solved) and {zero} at 0.00 (never paid), so the prompts are too "
