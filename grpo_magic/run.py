@@ -332,7 +332,7 @@ def run_config_overrides(params: GRPOParams, prepared: PreparedEnv, tokenizer: A
         from .preflight import vllm_context_length
 
         overrides["vllm_max_model_length"] = vllm_context_length(params, prepared.dataset, tokenizer, model_path,
-                                                                 prepared.tools)
+                                                                 prepared.tools, env=prepared.env)
     return overrides
 
 
@@ -393,8 +393,9 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         run.events.emit(StatusChanged(status="loading model", message=params.model or ""))
         # The one precision decision (device.choose_precision) for the weights here and GRPOConfig's bf16/fp16.
         dtype = load_dtype(params.precision(), peft=params.peft)  # type: ignore[arg-type]
-        model = load_model(model_path, tokenizer=tokenizer, dtype=dtype,
-                           load_in_4bit=params.load_in_4bit)  # resizes embeddings if a pad token was added
+        model = load_model(model_path, tokenizer=tokenizer, dtype=dtype, load_in_4bit=params.load_in_4bit,
+                           model_init_kwargs=params.model_init_kwargs,
+                           use_cpu=bool(params.trl_settings.get("use_cpu")))  # resizes embeddings for an added pad
         start_process_group(params.ddp_timeout)
         resumed = {"eval_on_start": False} if checkpoint is not None and params.eval_steps is not None else {}
         config = params.to_grpo_config(str(run.output_dir),
