@@ -35,6 +35,7 @@ from .form import TrainForm, module_name_for
 from .magic_args import parse_line as _parse
 from .magic_args import train_parser as _train_parser
 from .params import GRPOParams
+from .redaction import redact
 from .run import active_run, in_colab, last_run, train
 from .text import one_line
 
@@ -199,7 +200,9 @@ class GrpoMagics(Magics):
         if prepared.agent is not None:
             tools += " (an agent env: the trainer runs and trains whole episodes, one instance per rollout)"
         config = json.dumps(spec.config) if spec.config else "{}"
-        original = prompt_text(data[0].get(ENV_PROMPT_COLUMN, data[0]["prompt"]))
+        # The config and the prompts may carry a key or token (the env's own secrets): never shown as they are.
+        config, first = redact(config), redact(first)
+        original = redact(prompt_text(data[0].get(ENV_PROMPT_COLUMN, data[0]["prompt"])))
         page = (
             f"<div class='grpo-env-summary'><b>registered env {html.escape(spec.name)}</b> "
             f"({html.escape(_kind(spec))}, config {html.escape(config)})<br>"
