@@ -55,10 +55,33 @@ def test_tiny_is_built_once_then_returned_from_the_cache(tiny_path: str, monkeyp
         assert (again / name).is_file(), name
 
 
+def test_the_offline_models_ship_with_the_package_and_load_with_no_build(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: pathlib.Path) -> None:
+    import hashlib
+
+    from grpo_magic.models import warmstart
+
+    def no_build(*args: Any, **kwargs: Any) -> dict:
+        raise AssertionError("built although the package ships it")
+
+    monkeypatch.setattr(tiny_module, "_build_tiny", no_build)
+    monkeypatch.setattr(warmstart.WarmStart, "build", no_build)
+    monkeypatch.setenv("GRPO_MAGIC_CACHE", str(tmp_path / "empty-cache"))
+    for resolve in (models.tiny_model_path, models.tiny_math_path, models.tiny_agent_path):
+        folder = resolve()
+        assert folder.parent == cache.SHIPPED and cache.is_ready(folder)
+        assert json.loads((folder / cache.MARKER).read_text())["version"] == folder.name
+        card = (folder / "MODEL_CARD.md").read_text()
+        assert hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest() in card, folder.name
+    assert not (tmp_path / "empty-cache").exists()
+    assert len(list(cache.SHIPPED.iterdir())) == 3
+
+
 def test_tiny_build_is_deterministic(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     built = []
     for name in ("one", "two"):
         monkeypatch.setenv("GRPO_MAGIC_CACHE", str(tmp_path / name))
+        monkeypatch.setenv("GRPO_MAGIC_BUILD_MODELS", "1")  # the recipe, not the shipped weights
         assert models.cache_dir() == tmp_path / name
         built.append(models.tiny_model_path())
     for file in ("model.safetensors", "tokenizer.json", "config.json"):
@@ -70,6 +93,7 @@ def test_a_build_that_loses_the_race_keeps_the_winners_folder(
 ) -> None:
     """Another process renames its complete build into place while ours is still building."""
     monkeypatch.setenv("GRPO_MAGIC_CACHE", str(tmp_path))
+    monkeypatch.setenv("GRPO_MAGIC_BUILD_MODELS", "1")  # the recipe, not the shipped weights
     final = tmp_path / models.TINY_VERSION
     real_build = tiny_module._build_tiny
 

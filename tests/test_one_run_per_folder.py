@@ -31,6 +31,7 @@ from grpo_magic import GRPOParams, read_run_log, train
 from grpo_magic.events import EpisodeError, RunFinished, RunStarted, StatusChanged, StepLogged
 from grpo_magic.folders import RUNS_DIR, new_run_folder
 from grpo_magic.locking import FOLDER_LOCK_NAME, Busy, ProcessLock, probe
+from grpo_magic.models import cache as models_cache
 from grpo_magic.resume import complete_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -417,7 +418,7 @@ print(cached_folder("fake-v1", build), flush=True)
 
 def test_a_build_that_died_half_way_is_waited_for_then_detected_and_redone(tmp_path):
     cache = tmp_path / "cache"
-    env = _env(tmp_path, GRPO_MAGIC_CACHE=str(cache))
+    env = _env(tmp_path, GRPO_MAGIC_CACHE=str(cache), GRPO_MAGIC_BUILD_MODELS="1")  # the recipe builds
     dying = subprocess.Popen([sys.executable, "-c", BUILD, "dies"], env=env, stdout=subprocess.PIPE, text=True)
     waiter = None
     try:
@@ -453,7 +454,7 @@ def test_a_build_that_died_half_way_is_waited_for_then_detected_and_redone(tmp_p
 @pytest.mark.timeout(1800)
 def test_two_processes_that_need_tiny_math_on_an_empty_cache_build_it_once_and_both_train(tmp_path):
     cache = tmp_path / "cache"
-    env = _env(tmp_path, GRPO_MAGIC_CACHE=str(cache))
+    env = _env(tmp_path, GRPO_MAGIC_CACHE=str(cache), GRPO_MAGIC_BUILD_MODELS="1")  # the recipe builds
     argv = [sys.executable, "-m", "grpo_magic", "train", "--model", "tiny-math", "--rl-env-module", "envs.addition",
             "--rl-env-class", "AdditionEnv", "--batch-size", "8", "--rl-num-generations", "4", "--rl-max-new-tokens",
             "8", "--lr", "5e-4", "--rl-kl-coef", "0", "--max-steps", "2", "--quiet"]
@@ -478,6 +479,10 @@ def test_two_processes_that_need_tiny_math_on_an_empty_cache_build_it_once_and_b
     math_folder = next(cache / f for f in folders if f.startswith("tiny-math"))
     marker = json.loads((math_folder / "grpo_magic_build.json").read_text())
     assert marker["built_by"]["pid"] == procs[built[0]].pid
+    # The recipe rebuilds the model the package ships: it scores as its card says (floats may differ across CPUs).
+    shipped = json.loads((Path(models_cache.SHIPPED) / math_folder.name / "grpo_magic_build.json").read_text())
+    for measure in ("greedy_accuracy", "sampled_accuracy"):
+        assert abs(marker["check"][measure] - shipped["check"][measure]) <= 0.05, (measure, marker, shipped)
     for name in ("a", "b"):
         events = list(read_run_log(tmp_path / name))
         assert events[-1].status == "completed" and _steps(tmp_path / name) == [1, 2]

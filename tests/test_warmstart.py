@@ -106,6 +106,7 @@ def test_a_build_is_deterministic_cached_and_loads_like_any_model(
     built = []
     for name in ("one", "two"):
         monkeypatch.setenv("GRPO_MAGIC_CACHE", str(tmp_path / name))
+        monkeypatch.setenv("GRPO_MAGIC_BUILD_MODELS", "1")  # the recipe, not the shipped weights
         (tmp_path / name).mkdir()
         (tmp_path / name / models.TINY_VERSION).symlink_to(tiny_path)  # the same tiny underneath
         built.append(RECIPE.path())
@@ -141,6 +142,7 @@ def test_sharpen_multiplies_the_built_models_logits_and_nothing_else(
     paths = []
     for factor in (1.0, 2.5):
         monkeypatch.setenv("GRPO_MAGIC_CACHE", str(tmp_path / str(factor)))
+        monkeypatch.setenv("GRPO_MAGIC_BUILD_MODELS", "1")  # the recipe, not the shipped weights
         (tmp_path / str(factor)).mkdir()
         (tmp_path / str(factor) / models.TINY_VERSION).symlink_to(tiny_path)
         paths.append(dataclasses.replace(RECIPE, sharpen=factor).path())
@@ -174,6 +176,7 @@ def test_a_recipe_can_start_from_its_own_model_and_keep_part_of_it(
                                  start=_circuit_start, check=None, threads=2)
     before = _circuit_start(recipe.seed).state_dict()
     monkeypatch.setenv("GRPO_MAGIC_CACHE", str(tmp_path))
+    monkeypatch.setenv("GRPO_MAGIC_BUILD_MODELS", "1")  # the recipe, not the shipped weights
     (tmp_path / models.TINY_VERSION).symlink_to(tiny_path)
     threads = torch.get_num_threads()
     path = recipe.path()

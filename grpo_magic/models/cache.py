@@ -8,6 +8,11 @@ and the terminal, pytest-xdist workers): the builder holds the lock ``.<version>
 it, then uses its files. A build that died half-way (killed, its machine rebooted) left a temporary
 folder and no marker; the next builder, which holds the lock, so no one else builds, discards it
 and builds again.
+
+The package ships the three offline models' weights (``weights/<version>/``, each with a model card), built once
+by these recipes: a version found there is used as it is, with no build, so that every machine runs the same
+bytes (a build's floats differ across CPUs). ``GRPO_MAGIC_BUILD_MODELS=1`` builds from the recipes instead
+(the rebuild check, the tests of the cache itself).
 """
 
 from __future__ import annotations
@@ -26,6 +31,16 @@ from ..locking import Holder, ProcessLock, process_kind
 
 #: Written last into a built folder: its presence means the folder is complete.
 MARKER = "grpo_magic_build.json"
+#: The offline models' weights as the package ships them, one folder per version.
+SHIPPED = pathlib.Path(__file__).resolve().parent / "weights"
+
+
+def shipped_folder(version: str) -> pathlib.Path | None:
+    """The package's own folder of ``version``, unless ``GRPO_MAGIC_BUILD_MODELS=1`` asks for the recipes."""
+    if os.environ.get("GRPO_MAGIC_BUILD_MODELS") == "1":
+        return None
+    folder = SHIPPED / version
+    return folder if is_ready(folder) else None
 
 
 def cache_dir() -> pathlib.Path:
@@ -58,11 +73,15 @@ def _leftovers(final: pathlib.Path) -> list[pathlib.Path]:
 def cached_folder(
     version: str, build: Callable[[pathlib.Path], dict[str, Any]], announce: str | None = None
 ) -> pathlib.Path:
-    """The folder ``cache_dir()/version``, built by ``build(tmp)`` on first use and reused after.
+    """The shipped folder of ``version``, else ``cache_dir()/version``, built by ``build(tmp)`` on first use and
+    reused after.
 
     ``build`` fills the folder it is given and returns the marker's content; ``announce`` is printed
     by the process that builds (not by one that waits for it).
     """
+    shipped = shipped_folder(version)
+    if shipped is not None:
+        return shipped
     final = cache_dir() / version
     if is_ready(final):
         return final
