@@ -114,6 +114,7 @@ def binder_python() -> tuple[int, int] | None:
     return int(match.group(1)), int(match.group(2))
 
 
+@pytest.mark.process
 def test_binder_requirements_resolve_together(tmp_path):
     """``pip install --dry-run --ignore-installed`` of binder/requirements.txt, from the repository root.
 

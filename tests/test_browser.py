@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from browser_support import (
     JupyterServer,
-    launch_browser,
     open_notebook,
     page_of_a_test,
-    serve_jupyter,
     start_cells,
     training_notebook_cells,
     wait_for_step,
@@ -51,21 +48,6 @@ NEXT_STEP_S = 60
 STOP_S = 90
 
 
-@pytest.fixture(scope="module")
-def jupyter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
-    yield from serve_jupyter(tmp_path_factory, "jupyter")
-
-
-@pytest.fixture(scope="module")
-def browser(jupyter: JupyterServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        context = launch_browser(p, tmp_path_factory.mktemp("chromium-profile"), height=1800)  # whole dashboard
-        try:
-            yield context
-        finally:
-            context.close()
 
 
 @pytest.mark.parametrize("ui", ["lab", "notebook"])

@@ -61,6 +61,7 @@ def test_episodes_have_their_own_bookings() -> None:
     assert not first._env.system.active_bookings()
 
 
+@pytest.mark.long
 def test_hotel_agent_trains_on_tiny_agent_with_its_rubric_as_components(tmp_path) -> None:
     from grpo_magic import GRPOParams, train
 

@@ -207,7 +207,7 @@ def test_sigterm_to_machine_1_s_launcher_stops_both_machines_at_the_same_step_wi
 def test_a_frozen_machine_ends_the_other_after_ddp_timeout_with_a_checkpoint(tmp_path):
     (tmp_path / "ranked_env.py").write_text(textwrap.dedent(RANKED_ENV))
     rendezvous = ["--main-process-ip", "127.0.0.1", "--main-process-port", str(_free_port())]
-    procs = _start_nodes(tmp_path, rendezvous, "--max-steps", "500", "--ddp-timeout", "20")
+    procs = _start_nodes(tmp_path, rendezvous, "--max-steps", "500", "--ddp-timeout", "10")  # its value is not asserted
     out = tmp_path / "out"
     frozen: list[int] = []
     try:
