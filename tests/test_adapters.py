@@ -8,8 +8,6 @@ through a module that assigns an adapter's class, and what a reward function can
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -234,20 +232,16 @@ def test_an_env_instance_registers_and_trains(tmp_path):
     assert run.status == "completed", run.reason
 
 
-def test_the_cli_trains_an_adapter_class_a_module_assigns(tmp_path):
+def test_the_cli_trains_an_adapter_class_a_module_assigns(tmp_path, cli):
     (tmp_path / "gym_envs.py").write_text("from grpo_magic.adapters import from_reasoning_gym\n\n"
                                           "Arith = from_reasoning_gym('basic_arithmetic', size=64)\n")
-    base = [sys.executable, "-m", "grpo_magic", "train", "--model", "tiny", "--rl-env-module", "gym_envs",
+    base = ["train", "--model", "tiny", "--rl-env-module", "gym_envs",
             "--rl-env-class", "Arith", "--max-steps", "1", "--batch-size", "8", "--rl-num-generations", "4",
             "--rl-max-new-tokens", "4", "--project-name", str(tmp_path / "run"), "--quiet"]
-    root = str(Path(__file__).resolve().parents[1])
-    env = {**__import__("os").environ, "PYTHONPATH": root}
-    good = subprocess.run([*base, "--rl-env-config", '{"size": 8, "max_terms": 3}'], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
+    good = cli([*base, "--rl-env-config", '{"size": 8, "max_terms": 3}'], cwd=tmp_path)
     assert good.returncode == 0, good.stderr[-2000:]
     assert "completed after 1 steps" in good.stderr
-    bad = subprocess.run([*base, "--rl-env-config", '{"sizes": 8}'], cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=600)
+    bad = cli([*base, "--rl-env-config", '{"sizes": 8}'], cwd=tmp_path)
     assert bad.returncode == 2
     assert "does not accept 'sizes' from rl_env_config (it takes min_terms, max_terms" in bad.stderr
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from grpo_magic import read_run_log
 from grpo_magic.events import GroupScored, RunFinished, StepLogged
@@ -74,15 +75,14 @@ def test_python_dash_m_and_help(tmp_path):
     assert "--rl-num-generations" in proc.stdout and "Completions sampled per prompt" in proc.stdout
 
 
-def test_missing_env_module_exits_2_with_one_line(tmp_path):
-    proc = subprocess.run(["grpo-magic", "train", "--model", "tiny", "--rl-env-module", "my_envs.nope",
-                           "--rl-env-class", "HotelEnv"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+def test_missing_env_module_exits_2_with_one_line(tmp_path, cli):
+    proc = cli(["train", "--model", "tiny", "--rl-env-module", "my_envs.nope", "--rl-env-class", "HotelEnv"],
+               cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "my_envs.nope" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_a_missing_model_is_named_before_anything_loads(tmp_path):
-    proc = subprocess.run(["grpo-magic", "train", "--model", "./models/missing", "--rl-env-module", "envs.letters",
-                           "--rl-env-class", "LettersEnv"], capture_output=True, text=True, timeout=120,
-                          cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+def test_a_missing_model_is_named_before_anything_loads(cli):
+    proc = cli(["train", "--model", "./models/missing", "--rl-env-module", "envs.letters",
+                "--rl-env-class", "LettersEnv"], cwd=Path(__file__).resolve().parents[1])
     assert proc.returncode == 2 and "./models/missing" in proc.stderr and proc.stderr.count("\n") == 1

@@ -227,7 +227,7 @@ def test_stop_without_a_run_and_second_run_refused(shell, in_tmp, capsys):
     assert "No run is training" in capsys.readouterr().out
 
 
-def test_export_writes_a_module_that_trains_from_the_cli(shell, in_tmp, capsys):
+def test_export_writes_a_module_that_trains_from_the_cli(shell, in_tmp, capsys, cli):
     _env_cell(shell)
     path = shell.run_line_magic("grpo_export", "CountEnv --to count_env.py")
     out = capsys.readouterr().out
@@ -239,8 +239,7 @@ def test_export_writes_a_module_that_trains_from_the_cli(shell, in_tmp, capsys):
     import shlex
 
     argv = shlex.split(command)[2:] + ["--max-steps", "1", "--rl-max-new-tokens", "4", "--quiet"]
-    proc = subprocess.run([sys.executable, "-m", "grpo_magic", "train", *argv], cwd=in_tmp, capture_output=True,
-                          text=True, timeout=300)
+    proc = cli(["train", *argv], cwd=in_tmp)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "completed after 1 steps" in proc.stderr
 

@@ -10,11 +10,9 @@ hold none of them (docs/architecture.md, "What is redacted").
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
 import string
-import subprocess
 import sys
 from pathlib import Path
 
@@ -85,10 +83,8 @@ def leaky(in_tmp, monkeypatch):
                       max_steps=5, rl_max_error_rate=1.0, project_name="leaky")
 
 
-def test_no_token_in_any_file_a_cli_run_writes_or_any_line_it_prints(in_tmp, leaky):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(in_tmp), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "grpo_magic", "train", *leaky.to_cli_args()], cwd=in_tmp, env=env,
-                          capture_output=True, text=True, timeout=300)
+def test_no_token_in_any_file_a_cli_run_writes_or_any_line_it_prints(in_tmp, leaky, cli):
+    proc = cli(["train", *leaky.to_cli_args()], cwd=in_tmp)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "episode error PermissionError" in proc.stderr and "prompt:" in proc.stderr  # it printed both
     _assert_clean(proc.stdout + proc.stderr, "the terminal")
