@@ -47,9 +47,12 @@ def _pins(path: Path) -> dict[str, str]:
 
 PINNED = _pins(ROOT / "requirements-ci.txt")
 PINNED["torch"] = re.search(r'"torch==([\d.]+)"', (ROOT / "scripts" / "install.sh").read_text()).group(1)
-#: CI's "oldest" leg: the oldest end of each declared range (.ci/run sets GRPO_MAGIC_PINS to this file there).
+#: CI's "oldest" leg: the oldest end of each declared range (scripts/ci_oldest.sh sets GRPO_MAGIC_PINS to this
+#: file there, then to it and requirements-vllm-stack.txt, separated by os.pathsep, for TRL 1.16 on transformers 5.17).
 OLDEST = _pins(ROOT / "requirements-oldest.txt")
-INSTALLED_PINS = {**PINNED, **_pins(ROOT / os.environ["GRPO_MAGIC_PINS"])} if os.environ.get("GRPO_MAGIC_PINS") else PINNED
+INSTALLED_PINS = dict(PINNED)
+for _file in filter(None, os.environ.get("GRPO_MAGIC_PINS", "").split(os.pathsep)):
+    INSTALLED_PINS.update(_pins(ROOT / _file))
 RANGED = ["trl", "transformers", "ipython", "ipykernel"]
 
 
