@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(),
                                "load_average_at_start": os.getloadavg()[0]}
     if "build" in parts:
-        builds = [_worker("build", {}, {"GRPO_MAGIC_CACHE": tempfile.mkdtemp(prefix="bench-agent-cache-")})
+        builds = [_worker("build", {}, {"GRPO_MAGIC_CACHE": tempfile.mkdtemp(prefix="bench-agent-cache-"),
+                                              "GRPO_MAGIC_BUILD_MODELS": "1"})
                   for _ in range(2)]
         results["build"] = {"runs": builds, "same_bytes": builds[0]["sha256"] == builds[1]["sha256"]}
         print("build:", json.dumps(results["build"]), flush=True)
