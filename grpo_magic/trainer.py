@@ -22,7 +22,9 @@ from .reward import BatchRecord, EnvErrorRateExceeded, EnvReward, error_rate_fai
 from .trl_compat import (
     BatchObserver,
     ScoredBatch,
+    construction_warnings_ignored,
     generate_and_score,
+    quiet_library_logs,
     save_checkpoint,
     trainer_class,
     vllm_engine,
@@ -167,14 +169,12 @@ def build_trainer(
     TRL runs each episode through its tool loop, one instance per rollout (docs/architecture.md,
     "Agent episodes").
     """
-    import warnings
-
     extra: dict[str, Any] = {}
     if reward.agent is not None:
         extra["environment_factory"] = reward.agent.factory
     records = StepRecords(reward)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*environment_factory.*experimental", category=UserWarning)
+    quiet_library_logs(model)  # TRL's None-reward dumps, a tied head "missing" on resume: said better by us
+    with construction_warnings_ignored():
         trainer = trainer_class()(
             model=model,
             reward_funcs=[records],

@@ -11,7 +11,9 @@ here and nowhere else, so that a TRL release that moves one thing breaks one mod
 - ``Trainer._save_checkpoint``, called when Ctrl-C abandons a step (``save_checkpoint``);
 - the keyword arguments TRL passes reward functions (``REWARD_KWARGS``, one list for ``reward`` and
   ``adapters``), and how TRL words a tool call it answered itself (``TOOL_ERROR_PREFIX``);
-- the name of TRL's GRPO logger, whose warnings quote whole rows (``LIBRARY_LOGGERS``);
+- the name of TRL's GRPO logger, whose warnings quote whole rows (``LIBRARY_LOGGERS``), and the library
+  warnings grpo_magic already says better, silenced by logger and wording (``quiet_library_logs``,
+  ``construction_warnings_ignored``);
 - where TRL keeps its vLLM engine (``vllm_engine``), that engine's context length
   (``vllm_max_model_len``) and TRL's server client (``vllm_client``, ``vllm_server_generate``);
 - TRL's copy of Qwen2.5's chat template, a module attribute TRL does not export
@@ -24,6 +26,10 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import logging
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +86,74 @@ TOOL_ERROR_PREFIX = "{'error':"
 #: TRL's loggers whose messages quote prompts or reward arguments (TRL warns with a whole row when every
 #: reward function returned None for it).
 LIBRARY_LOGGERS = ("trl.trainer.grpo_trainer",)
+
+#: Library warnings a user cannot act on, because grpo_magic already says the same thing better:
+#: (logger, how the message starts, why it is noise). TRL dumps a whole row when every reward function
+#: returned None for it (an episode error, which grpo_magic counts, keeps and shows); transformers' Trainer
+#: calls a tied ``lm_head.weight`` missing on every resume (it is the embedding matrix, saved once).
+QUIET_WARNINGS: tuple[tuple[str, str, str], ...] = (
+    ("trl.trainer.grpo_trainer", "All reward functions returned None for the following kwargs",
+     "episode errors: counted in the run's progress, kept in run.errors"),
+    ("transformers.trainer", "There were missing keys in the checkpoint model loaded: ['lm_head.weight']",
+     "a tied LM head, which is the input embedding"),
+)
+#: Which of those holds only for a model whose LM head is its input embedding (``quiet_library_logs(model)``).
+TIED_HEAD_WARNING = QUIET_WARNINGS[1][1]
+
+#: Warnings TRL gives when a trainer is built, by wording (``construction_warnings_ignored``): TRL calls
+#: ``environment_factory`` experimental, which a user of an agent env chose and cannot change.
+CONSTRUCTION_WARNINGS = (".*environment_factory.*experimental",)
+
+
+class QuietFilter(logging.Filter):
+    """Drops the records of one logger whose message starts with one of ``prefixes`` (``QUIET_WARNINGS``)."""
+
+    def __init__(self, prefixes: set[str]) -> None:
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.prefixes:
+            return True
+        message = record.getMessage()
+        return not any(message.startswith(p) for p in self.prefixes)
+
+
+def has_tied_head(model: Any) -> bool:
+    """Whether ``model``'s LM head is its input embedding (one tensor), so a checkpoint saves it once."""
+    try:
+        head, embeddings = model.get_output_embeddings(), model.get_input_embeddings()
+    except Exception:  # a model without the usual accessors
+        return False
+    return head is not None and embeddings is not None and head.weight is embeddings.weight
+
+
+def quiet_library_logs(model: Any = None) -> None:
+    """Silence ``QUIET_WARNINGS`` on their loggers (one filter per logger, installed once).
+
+    The tied-head warning is silenced only for a ``model`` whose head is tied (``has_tied_head``): on an
+    untied model a missing ``lm_head.weight`` is a real fault and stays loud. The latest model decides.
+    """
+    for name, prefix, _why in QUIET_WARNINGS:
+        logger = logging.getLogger(name)
+        quiet = next((f for f in logger.filters if isinstance(f, QuietFilter)), None)
+        if quiet is None:
+            quiet = QuietFilter(set())
+            logger.addFilter(quiet)
+        if prefix != TIED_HEAD_WARNING or (model is not None and has_tied_head(model)):
+            quiet.prefixes.add(prefix)
+        else:
+            quiet.prefixes.discard(prefix)
+
+
+@contextmanager
+def construction_warnings_ignored() -> Iterator[None]:
+    """While a trainer is built: TRL's ``CONSTRUCTION_WARNINGS`` ignored, by wording."""
+    with warnings.catch_warnings():
+        for pattern in CONSTRUCTION_WARNINGS:
+            warnings.filterwarnings("ignore", message=pattern, category=UserWarning)
+        yield
+
 
 #: Attributes of TRL's objects grpo_magic reads (``vllm_engine``: the trainer's vLLM engine and client;
 #: ``vllm_max_model_len``: vLLM's engine config; ``vllm_server_generate``: what TRL's client returns).

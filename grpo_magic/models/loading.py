@@ -7,11 +7,12 @@ are built by their own modules and then loaded through the very same ``from_pret
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GRPOMagicError
@@ -287,6 +288,28 @@ def init_kwargs(value: Any) -> dict[str, Any]:
     return kwargs
 
 
+@contextlib.contextmanager
+def _bars_only_in_a_terminal() -> Iterator[None]:
+    """transformers' "Loading weights" bars off while a model loads, unless stderr is a terminal.
+
+    In a notebook, a log file or a pipe a tqdm bar is no progress but a frozen "0%" line or a stream
+    of carriage returns; in a terminal it moves. The setting is put back after.
+    """
+    import sys
+
+    from transformers.utils import logging as hf_logging
+
+    isatty = getattr(sys.stderr, "isatty", None)
+    if not hf_logging.is_progress_bar_enabled() or (callable(isatty) and isatty()):
+        yield
+        return
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.enable_progress_bar()
+
+
 def load_model(
     name_or_path: str,
     *,
@@ -325,7 +348,8 @@ def load_model(
         kwargs["device_map"] = {"": device}
     kwargs.update(init_kwargs(model_init_kwargs))
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        with _bars_only_in_a_terminal():
+            model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except Exception as exc:
         raise GRPOMagicError(f"Could not load model '{name_or_path}': {one_line(exc, 10_000)}") from exc
     frozen = set(getattr(model.config, "grpo_magic_frozen", None) or ())
