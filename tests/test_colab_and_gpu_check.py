@@ -1,0 +1,131 @@
+"""Colab installs that keep the runtime's GPU stack, and the prepared GPU check's CPU dry run.
+
+The install decision (grpo_magic/colab.py) is fed stand-in ``nvidia-smi`` answers of Colab's runtimes; the dry-run
+install test asks pip, against PyPI, what ``pip install "<repo>[notebook]"`` would install into a fresh venv that
+already holds torch (tier ``process``: it starts pip and needs the network).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo_magic import colab
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK = REPO / "notebooks" / "03_hotel_agent.ipynb"
+
+#: ``nvidia-smi --query-gpu=driver_version,compute_cap --format=csv,noheader`` on the runtimes the README names.
+T4_ON_550 = "550.54.15, 7.5\n"
+L4_ON_550 = "550.54.15, 8.9\n"
+L4_ON_580 = "580.82.07, 8.9\n"
+A100_ON_580 = "580.82.07, 8.0\n"
+V100_ON_580 = "580.82.07, 7.0\n"
+
+
+@pytest.mark.parametrize("answer", [T4_ON_550, L4_ON_550])
+def test_a_driver_older_than_cuda_13_installs_the_notebook_extra_only(answer: str) -> None:
+    plan = colab.plan_install(answer)
+    assert plan.extras == ("notebook",) and not plan.use_vllm
+    assert "550.54.15" in plan.reason and "580" in plan.reason and "TRL's own generation" in plan.reason
+    assert "\n" not in plan.reason  # one printed line
+    assert plan.requirement("/content/grpo-magic") == "/content/grpo-magic[notebook]"
+
+
+@pytest.mark.parametrize("answer", [A100_ON_580, L4_ON_580])
+def test_a_cuda_13_driver_on_a_recent_gpu_installs_vllm(answer: str) -> None:
+    plan = colab.plan_install(answer)
+    assert plan.extras == ("notebook", "vllm") and plan.use_vllm
+    assert plan.requirement("/content/grpo-magic") == "/content/grpo-magic[notebook,vllm]"
+    assert "580.82.07" in plan.reason
+
+
+def test_a_gpu_below_compute_capability_7_5_skips_vllm_whatever_the_driver() -> None:
+    plan = colab.plan_install(V100_ON_580)
+    assert not plan.use_vllm and "compute capability 7.0" in plan.reason
+
+
+def test_no_nvidia_smi_or_no_gpu_skips_vllm() -> None:
+    for answer in (None, "", "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n"):
+        plan = colab.plan_install(answer)
+        assert plan.extras == ("notebook",) and "no NVIDIA GPU" in plan.reason
+
+
+def test_every_gpu_must_run_vllm() -> None:
+    assert not colab.plan_install(A100_ON_580 + V100_ON_580).use_vllm
+    assert colab.parse_nvidia_smi(A100_ON_580 + L4_ON_580) == [colab.Gpu("580.82.07", (8, 0)),
+                                                               colab.Gpu("580.82.07", (8, 9))]
+
+
+def test_nvidia_smi_is_read_with_the_query(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text('#!/bin/sh\n[ "$1 $2" = "--query-gpu=driver_version,compute_cap --format=csv,noheader" ] '
+                    f'&& printf "{T4_ON_550.strip()}\\n" || exit 9\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert colab.read_nvidia_smi() == T4_ON_550
+    fake.unlink()
+    assert colab.read_nvidia_smi() is None
+
+
+def test_kept_stack_holds_the_installed_torch() -> None:
+    from importlib.metadata import version
+
+    assert f"torch=={version('torch')}" in colab.kept_stack()
+
+
+def test_colab_uses_the_standard_library_only() -> None:
+    """The notebook loads colab.py by path before the package (or its dependencies) is installed."""
+    tree = ast.parse((REPO / "grpo_magic" / "colab.py").read_text(encoding="utf-8"))
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported - {"__future__"} <= set(sys.stdlib_module_names), imported
+
+
+def _code_cells() -> list[str]:
+    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+    return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+
+
+def test_notebook_03_installs_what_the_plan_says_and_checks_cuda() -> None:
+    install = next(c for c in _code_cells() if "%pip install" in c)
+    assert '"colab.py"' in install and "plan_install(colab.read_nvidia_smi())" in install
+    assert "print(plan.reason)" in install
+    assert "[vllm]" not in install, "the vllm extra is installed only where the plan says so"
+    assert '-c "{constraints}"' in install and "kept_stack()" in install
+    assert "torch.cuda.is_available()" in install and "assert" in install
+
+
+def test_notebook_03_trains_with_vllm_only_where_it_was_installed() -> None:
+    train = next(c for c in _code_cells() if "grpo_train" in c and "--run" in c)
+    branch = train.split("if plan.use_vllm:", 1)
+    assert len(branch) == 2 and colab.VLLM_FLAGS in branch[1] and "--use-vllm" not in branch[0]
+
+
+@pytest.mark.process
+@pytest.mark.timeout(300)
+def test_the_notebook_install_keeps_an_installed_torch(tmp_path: Path) -> None:
+    """pip's own report: the notebook extra, into a venv holding torch 2.13.0, installs no torch and no CUDA library."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    env = {**os.environ, "PIP_CONSTRAINT": ""}  # only what the package asks for (no machine-wide cap)
+    subprocess.run([python, "-m", "pip", "install", "-q", "torch==2.13.0"], check=True, env=env)
+    report = tmp_path / "report.json"
+    subprocess.run([python, "-m", "pip", "install", "--dry-run", "-q", "--report", str(report), f"{REPO}[notebook]"],
+                   check=True, env=env, capture_output=True)
+    names = {item["metadata"]["name"].lower().replace("_", "-") for item in json.loads(report.read_text())["install"]}
+    assert "grpo-magic" in names and "trl" in names and "ipykernel" in names
+    replaced = sorted(n for n in names if n == "torch" or n.startswith(("nvidia-", "cuda-", "triton")))
+    assert not replaced, f"the notebook install would replace the runtime's GPU stack: {replaced}"
+    kept = subprocess.run([python, "-c", "import importlib.util, sys; s = importlib.util.spec_from_file_location("
+                           f"'c', {str(REPO / 'grpo_magic' / 'colab.py')!r}); m = sys.modules['c'] = "
+                           "importlib.util.module_from_spec(s); s.loader.exec_module(m); print(m.kept_stack())"],
+                          check=True, capture_output=True, text=True).stdout
+    assert "torch==2.13.0" in kept
