@@ -129,3 +129,23 @@ def test_the_notebook_install_keeps_an_installed_torch(tmp_path: Path) -> None:
                            "importlib.util.module_from_spec(s); s.loader.exec_module(m); print(m.kept_stack())"],
                           check=True, capture_output=True, text=True).stdout
     assert "torch==2.13.0" in kept
+
+
+@pytest.mark.process
+@pytest.mark.timeout(180)
+def test_the_gpu_check_dry_run_writes_every_case(tmp_path: Path) -> None:
+    """scripts/gpu_check.py --dry-run: the GPU check's code paths on CPU with tiny, the keys the GPU run writes."""
+    out = tmp_path / "gpu-check.json"
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_check.py"), "--dry-run", "--out", str(out)],
+                          capture_output=True, text=True, timeout=170, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["ok"] and report["problems"] == [] and report["dry_run"]
+    assert set(report["cases"]) == {"full_bf16", "lora_bf16", "t4_fp16_lora", "multi_turn_workers"}
+    for case in report["cases"].values():
+        assert case["status"] == "completed" and case["loss_finite"], case
+        assert {"weights", "gradients", "optimizer", "activations", "logits"} <= set(case["estimate"]["terms"])
+        assert {"before", "peak", "after", "measured_with"} <= set(case["memory"])
+    assert report["cases"]["multi_turn_workers"]["episode_turns"]["past_turn_1"] > 0
+    assert "reference model" in report["cases"]["full_bf16"]["estimate"]["terms"]
+    assert {"baseline", "after_all_runs", "back_near_start"} <= set(report["second_run"])
