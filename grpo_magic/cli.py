@@ -11,7 +11,7 @@ import argparse
 import contextlib
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .errors import GRPOMagicError
@@ -245,8 +245,10 @@ def add_eval_command(sub: Any) -> None:
     ev.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
-def eval_call(args: argparse.Namespace, env: Any = None) -> Any:
-    """``evaluate`` with the parsed flags: RUN_DIR, or ``--model`` alone; a bad input is one GRPOMagicError."""
+def eval_call(args: argparse.Namespace, env: Any = None, progress: Callable[[str], None] | None = None) -> Any:
+    """``evaluate`` with the parsed flags: RUN_DIR, or ``--model`` alone; a bad input is one GRPOMagicError.
+
+    ``progress`` gets the evaluation's progress lines (``evaluation.evaluate``)."""
     from .evaluation import evaluate, missing_folder_message
 
     target = args.run_dir or args.model
@@ -264,7 +266,8 @@ def eval_call(args: argparse.Namespace, env: Any = None) -> Any:
                 raise GRPOMagicError(problem)
             settings[name] = value
     return evaluate(env, target, samples=args.samples, greedy_only=args.greedy, eval_split=args.eval_split,
-                    seed=args.seed, baseline=args.baseline, model=args.model if args.run_dir else None, **settings)
+                    seed=args.seed, baseline=args.baseline, model=args.model if args.run_dir else None,
+                    progress=progress, **settings)
 
 
 def eval_main(args: argparse.Namespace) -> int:
@@ -272,11 +275,16 @@ def eval_main(args: argparse.Namespace) -> int:
     import json
 
     try:
-        report = eval_call(args)
+        report = eval_call(args, progress=_stderr_line)  # progress on stderr: stdout stays the report
     except GRPOMagicError as exc:
         return _fail(str(exc))
     print(redact(json.dumps(report.to_dict(), indent=1, default=str)) if args.json else str(report))
     return 0
+
+
+def _stderr_line(line: str) -> None:
+    """One progress line on stderr, at once (a pipe would hold it back)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def _port(text: str) -> int:

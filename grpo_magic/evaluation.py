@@ -33,6 +33,7 @@ from .heldout import (
     BOOTSTRAP_RESAMPLES,
     MAX_ROWS_SHOWN,
     PASS_THRESHOLD,
+    Progress,
     bootstrap_interval,
     compare,
     evaluate_rows,
@@ -365,6 +366,7 @@ def evaluate(
     model: str | None = None,
     threshold: float = PASS_THRESHOLD,
     quiet: bool = True,
+    progress: Progress | None = None,
     **settings: Any,
 ) -> EvalReport:
     """Score ``model_or_run_dir`` on the env's held-out prompts: greedy episodes, ``samples`` sampled ones, pass@k.
@@ -376,7 +378,9 @@ def evaluate(
     folder's own by default); without either, every row of build_dataset is scored (a note says so).
     ``baseline``: ``"auto"`` (a run folder: its base model; a model: none), None, a model or another run
     folder; its greedy episodes give the failing -> passing shares. ``settings``: GRPOParams generation
-    fields (``rl_max_new_tokens``, ``rl_temperature``...), a run's own by default.
+    fields (``rl_max_new_tokens``, ``rl_temperature``...), a run's own by default. ``progress``: where
+    progress lines go (the CLI: stderr; ``%grpo_eval``: a line that updates), every few prompts, so that a
+    slow env or model does not run minutes in silence; none by default.
     """
     from transformers.utils import logging as hf_logging
 
@@ -433,7 +437,8 @@ def evaluate(
         )
     policy = load_evaluated(target, tokenizer)
     rows = evaluate_rows(
-        prepared, policy, tokenizer, dataset, params=params, samples=samples, seed=seed, agent_episodes=agent_episodes
+        prepared, policy, tokenizer, dataset, params=params, samples=samples, seed=seed, agent_episodes=agent_episodes,
+        progress=_progress_lines(progress, target.label, started),
     )
     del policy
     baseline_rows = None
@@ -448,6 +453,7 @@ def evaluate(
             samples=samples,
             seed=seed,
             agent_episodes=agent_episodes,
+            progress=_progress_lines(progress, f"baseline {base_target.label}", started),
         )
         del base_model
     summary = summarize(rows, samples=samples, seed=seed, threshold=threshold, baseline_rows=baseline_rows)
@@ -468,6 +474,17 @@ def evaluate(
     if not quiet:
         print(report_text(report))
     return report
+
+
+def _progress_lines(progress: Progress | None, label: str, started: float) -> Progress | None:
+    """``progress`` with each line saying which model and how long the evaluation has run."""
+    if progress is None:
+        return None
+
+    def say(line: str) -> None:
+        progress(f"grpo-magic eval: {label}: {line} ({time.monotonic() - started:.0f} s)")
+
+    return say
 
 
 def _baseline_target(baseline: Any, target: Evaluated) -> Evaluated | None:

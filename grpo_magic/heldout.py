@@ -23,6 +23,11 @@ PASS_THRESHOLD = 1.0
 BOOTSTRAP_RESAMPLES = 1000
 #: Rows shown in the notebook table and kept in an ``EvalScored`` event.
 MAX_ROWS_SHOWN = 50
+#: Prompts scored between two progress lines (``evaluate_rows(progress=...)``): a slow env says where it is
+#: every few prompts rather than minutes later.
+PROGRESS_EVERY = 4
+#: Where progress lines go (``evaluation.evaluate``: stderr in the CLI, an updating line in a notebook).
+Progress = Callable[[str], None]
 
 
 # ---------------------------------------------------------------- the numbers
@@ -184,6 +189,16 @@ def _env_prompt(row: dict[str, Any]) -> str:
 AgentEpisodes = Callable[..., tuple[list, list]]
 
 
+def _silent(_line: str) -> None:
+    """No progress asked for."""
+
+
+def _episodes_said(prompts: int, greedy: bool, samples: int) -> str:
+    """What a progress line says runs, e.g. 'the greedy and 4 sampled episodes of 32 prompts'."""
+    kinds = [k for k, on in (("greedy", greedy), (f"{samples} sampled", samples)) if on]
+    return f"the {' and '.join(kinds)} episodes of {prompts} prompts"
+
+
 def evaluate_rows(
     prepared: PreparedEnv,
     model: Any,
@@ -196,12 +211,15 @@ def evaluate_rows(
     seed: int = 0,
     reward: EnvReward | None = None,
     agent_episodes: AgentEpisodes | None = None,
+    progress: Progress | None = None,
 ) -> list[dict[str, Any]]:
     """One row per prompt of ``dataset``: the greedy episode (``greedy``) and ``samples`` sampled ones, scored.
 
     Single-turn envs generate with HF generate in batches (``generation.generate_batch``); agent envs run
     whole episodes with ``agent_episodes`` (``evaluation``'s: TRL's tool loop). Scores go through
-    ``reward`` (default: a new ``EnvReward`` of the env, with the run's workers and timeout).
+    ``reward`` (default: a new ``EnvReward`` of the env, with the run's workers and timeout). With
+    ``progress``, a line says what runs and, every ``PROGRESS_EVERY`` prompts, how many are scored; without
+    it, each kind of episode is scored in one batch, as TRL calls the reward.
     """
     from .generation import generate_batch
 
@@ -211,10 +229,12 @@ def evaluate_rows(
                            agent=prepared.agent)
     reward.bind(model, tokenizer, generator=reward.generator)
     data = [dict(r) for r in dataset]
+    say = progress or _silent
     try:
         if prepared.agent is not None:
             if agent_episodes is None:
                 raise ValueError("an agent env's episodes need agent_episodes (evaluation.agent_episodes)")
+            say(f"running {_episodes_said(len(data), greedy, samples)} through TRL's tool loop")
             greedy_groups, sampled_groups = agent_episodes(
                 prepared, model, tokenizer, reward, data, params=params, samples=samples, greedy=greedy, seed=seed
             )
@@ -226,17 +246,28 @@ def evaluate_rows(
                 top_k=params.rl_top_k,
                 top_p=params.rl_top_p,
             )
+            say(f"generating {_episodes_said(len(data), greedy, samples)}")
             greedy_texts = generate_batch(model, tokenizer, prompts, greedy=True, **settings) if greedy else []
             sampled_texts = (
                 generate_batch(model, tokenizer, prompts, n=samples, seed=seed, **settings) if samples else []
             )
-            greedy_groups = list(zip(greedy_texts, _score(reward, data, greedy_texts), strict=True)) if greedy else []
-            sampled_groups = (
-                list(zip(sampled_texts, _score(reward, data, sampled_texts), strict=True)) if samples else []
-            )
+            greedy_scored: list[list[EpisodeOutcome]] = []
+            sampled_scored: list[list[EpisodeOutcome]] = []
+            every = PROGRESS_EVERY if progress is not None else max(1, len(data))
+            for at in range(0, len(data), every):
+                part = slice(at, at + every)
+                if greedy:
+                    greedy_scored += _score(reward, data[part], greedy_texts[part])
+                if samples:
+                    sampled_scored += _score(reward, data[part], sampled_texts[part])
+                say(f"scored {min(at + every, len(data))}/{len(data)} prompts")
+            greedy_groups = list(zip(greedy_texts, greedy_scored, strict=True)) if greedy else []
+            sampled_groups = list(zip(sampled_texts, sampled_scored, strict=True)) if samples else []
     finally:
         if own:
             reward.close()
+    if prepared.agent is not None:
+        say(f"scored {len(data)}/{len(data)} prompts")
     rows = []
     for i, row in enumerate(data):
         item: dict[str, Any] = {"prompt": _env_prompt(row)}

@@ -81,3 +81,56 @@ def test_loading_bars_off_outside_a_terminal(tiny_path, capsys):
         if not was:
             hf_logging.disable_progress_bar()
     assert "Loading weights" not in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- 2. progress of an evaluation
+
+SLOWISH_ENV = '''
+from datasets import Dataset
+
+
+class CountEnv:
+    """Ten held-out prompts; every score is 0.5."""
+
+    def build_dataset(self, tokenizer):
+        return Dataset.from_dict({"prompt": [f"Say {i}" for i in range(10)]})
+
+    def build_eval_dataset(self, tokenizer):
+        return self.build_dataset(tokenizer)
+
+    def score_episode(self, model, tokenizer, completion, case_idx=None):
+        return 0.5
+'''
+
+
+def test_cli_eval_says_its_progress_on_stderr_every_few_prompts(cli, tmp_path, tiny_path):
+    (tmp_path / "count_env.py").write_text(SLOWISH_ENV)
+    result = cli(["eval", "--model", "tiny", "--rl-env-module", "count_env", "--rl-env-class", "CountEnv",
+                  "--greedy", "--rl-max-new-tokens", "2"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("grpo-magic eval:")]
+    assert any("generating the greedy episodes of 10 prompts" in line for line in lines), result.stderr
+    scored = [line.split("scored ")[1].split(" prompts")[0] for line in lines if "scored" in line]
+    assert scored == ["4/10", "8/10", "10/10"], lines
+    assert "grpo-magic eval:" not in result.stdout  # stdout stays the report
+
+
+def test_notebook_eval_progress_is_one_line_that_updates(shell, tiny_path, monkeypatch):
+    shell.run_cell_magic("grpo_env", "CountEnv", SLOWISH_ENV)
+    published: list[tuple[dict, dict | None, bool]] = []
+    original = shell.display_pub.publish
+
+    def publish(data, metadata=None, *args, transient=None, update=False, **kwargs):
+        if str(data.get("text/plain", "")).startswith("grpo-magic eval:"):
+            published.append((data, transient, update))
+        return original(data, metadata, *args, transient=transient, update=update, **kwargs)
+
+    monkeypatch.setattr(shell.display_pub, "publish", publish)
+    report = shell.run_line_magic("grpo_eval", "CountEnv --model tiny --greedy --rl-max-new-tokens 2")
+    assert report.summary["prompts"] == 10
+    assert len(published) >= 4, published
+    ids = {transient["display_id"] for _, transient, _ in published}
+    assert len(ids) == 1  # one line, updated in place
+    assert [update for _, _, update in published] == [False] + [True] * (len(published) - 1)
+    assert "scored 10/10 prompts" in published[-1][0]["text/plain"]
+
