@@ -149,3 +149,85 @@ def test_the_gpu_check_dry_run_writes_every_case(tmp_path: Path) -> None:
     assert report["cases"]["multi_turn_workers"]["episode_turns"]["past_turn_1"] > 0
     assert "reference model" in report["cases"]["full_bf16"]["estimate"]["terms"]
     assert {"baseline", "after_all_runs", "back_near_start"} <= set(report["second_run"])
+
+
+class _Shell:
+    """Stands in for IPython in a notebook cell: records the magics' lines, expanded as IPython expands them."""
+
+    def __init__(self, namespace: dict) -> None:
+        self.namespace, self.lines = namespace, []
+        self.returns = object()
+
+    def run_line_magic(self, name: str, line: str) -> object:
+        self.lines.append((name, line.format(**self.namespace) if name == "pip" else line))
+        return self.returns
+
+
+def _run_cell(source: str, namespace: dict) -> _Shell:
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    shell = _Shell(namespace)
+    namespace["get_ipython"] = lambda: shell
+    exec(compile(TransformerManager().transform_cell(source), "<cell>", "exec"), namespace)  # noqa: S102
+    return shell
+
+
+def _stand_ins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, smi: str, cuda: str) -> None:
+    """nvidia-smi answering ``smi``, a fresh Python answering ``cuda``, and nothing installed yet."""
+    import importlib.util
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\nprintf '{smi}'\n")
+    fake_python = bin_dir / "python"
+    fake_python.write_text(f"#!/bin/sh\necho '{cuda}'\n")
+    for path in bin_dir.iterdir():
+        path.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(sys, "executable", str(fake_python))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("grpo_magic", "vllm") else real(name, *a))
+    monkeypatch.chdir(REPO / "notebooks")
+    monkeypatch.delitem(sys.modules, "grpo_magic_colab", raising=False)
+
+
+def _cells() -> tuple[str, str]:
+    cells = _code_cells()
+    return (next(c for c in cells if "%pip install" in c), next(c for c in cells if "grpo_train" in c and "--run" in c))
+
+
+@pytest.mark.parametrize(("smi", "vllm"), [(T4_ON_550, False), (L4_ON_550, False), (A100_ON_580, True)],
+                         ids=["T4-550", "L4-550", "A100-580"])
+def test_notebook_03_install_and_training_cells_on_colab_runtimes(
+    smi: str, vllm: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The install cell run as IPython runs it, with stand-ins: what pip is asked, the line it prints, the flags."""
+    _stand_ins(tmp_path, monkeypatch, smi.strip(), "2.9.0+cu126 True")
+    install, training = _cells()
+    namespace: dict = {}
+    shell = _run_cell(install, namespace)
+    [(name, line)] = shell.lines
+    assert name == "pip"
+    if vllm:
+        assert line == f'install -q "{REPO}[notebook,vllm]"'
+    else:
+        requirement, constraints = line.split(" -c ")
+        assert requirement == f'install -q "{REPO}[notebook]"'
+        from importlib.metadata import version
+
+        assert f"torch=={version('torch')}" in Path(constraints.strip('"')).read_text().split()
+    printed = capsys.readouterr().out
+    assert namespace["plan"].reason in printed and ("vLLM skipped" in printed) is not vllm
+    shell = _run_cell(training, namespace)
+    [(name, flags)] = shell.lines
+    assert name == "grpo_train" and flags.endswith("--use-vllm --vllm-mode colocate --vllm-gpu-memory-utilization 0.3") is vllm
+    assert "--use-vllm" in flags if vllm else "--use-vllm" not in flags
+    assert namespace["run"] is shell.returns
+
+
+def test_notebook_03_install_cell_fails_when_cuda_is_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _stand_ins(tmp_path, monkeypatch, A100_ON_580.strip(), "2.13.0+cu130 False")
+    with pytest.raises(AssertionError, match="CUDA is not visible after the install"):
+        _run_cell(_cells()[0], {})
