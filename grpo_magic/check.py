@@ -247,6 +247,7 @@ def check_env(
             from .check_agent import (
                 agent_stats,
                 degenerate_episodes,
+                names_a_tool,
                 run_agent_episodes,
                 uncopyable_arguments,
                 why_no_tool_call,
@@ -277,8 +278,12 @@ def check_env(
         n = params.rl_num_generations
         for gi, group in enumerate(report.groups):
             group["transcripts"] = episodes.transcripts[gi * n:(gi + 1) * n]
-        uncopied = uncopyable_arguments(prepared.agent.schemas, tokenizer) if params.model == "tiny-agent" else None
-        why = why_no_tool_call(agent, prepared.agent.tool_names, params.model or "", uncopied)
+        uncopied, named = None, None
+        if params.model == "tiny-agent":  # what it can call is what the request spells out
+            uncopied = uncopyable_arguments(prepared.agent.schemas, tokenizer)
+            named = names_a_tool([prompt_text(r.get(ENV_PROMPT_COLUMN, r["prompt"])) for r in rows],
+                                 prepared.agent.tool_names)
+        why = why_no_tool_call(agent, prepared.agent.tool_names, params.model or "", uncopied, named)
         if why is not None:
             report.warnings.append(why)
     return report

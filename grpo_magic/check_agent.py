@@ -150,10 +150,12 @@ def agent_stats(transcripts: list[list[dict[str, Any]]], offered: list[str] | No
 
 
 def why_no_tool_call(stats: dict[str, Any], offered: list[str], model: str = "",
-                     uncopied: list[str] | None = None) -> str | None:
+                     uncopied: list[str] | None = None, named: bool | None = None) -> str | None:
     """One sentence when no sampled episode called an offered tool: what the model did instead, and what to try.
 
-    ``uncopied``: for tiny-agent, the offered arguments whose values it cannot copy (``uncopyable_arguments``)."""
+    For tiny-agent, which calls only what a request spells out (README, "What tiny-agent can and cannot call"):
+    ``uncopied``, the offered arguments whose values it cannot copy (``uncopyable_arguments``); ``named``, whether
+    any sampled prompt names an offered tool in quotes (``names_a_tool``), False when none does."""
     if stats["offered_call_share"] > 0:
         return None
     did = []
@@ -166,18 +168,25 @@ def why_no_tool_call(stats: dict[str, Any], offered: list[str], model: str = "",
     if stats["unparsed_calls"]:
         did.append(f"{_count(stats['unparsed_calls'], 'tool call')} did not parse")
     if model == "tiny-agent":  # the offline tool caller copies what the request and the schemas spell out
-        fix = ('tiny-agent copies a call from a request that spells it out (the tool\'s name in quotes, then each '
-               'argument\'s name and value: Use the "weigh_parcel" tool with grams 41)')
+        fix = ('tiny-agent only calls a tool whose name the request gives in quotes, each argument as `name value` '
+               '(Use the "weigh_parcel" tool with grams 41; README, "What tiny-agent can and cannot call")')
+        if named is False:
+            fix += f", and none of these prompts names {' or '.join(repr(n) for n in offered)} in quotes"
         if uncopied:
-            fix += (f" and cannot copy the values of arguments whose name is one word in its vocabulary "
+            fix += (f", and it cannot copy the values of arguments whose name is one word in its vocabulary "
                     f"({', '.join(uncopied)}): rename them (e.g. grams, minutes, owner)")
-        fix += ", or use a larger model trained on tool calls (e.g. Qwen/Qwen2.5-0.5B-Instruct on a GPU)"
+        fix += "; or try a model trained on tool calls (e.g. Qwen/Qwen2.5-0.5B-Instruct on a GPU)"
     else:
         fix = ("use a model whose chat template and training know tool calls (e.g. --model tiny-agent offline, "
                "Qwen/Qwen2.5-0.5B-Instruct on a GPU)")
     return (f"no episode called an offered tool ({', '.join(offered)}) in {int(stats['episodes'])} episodes: "
             f"{'; '.join(did) or 'none wrote anything'}; GRPO can only reinforce calls the model already makes: "
             f"{fix}, or warm it up with supervised examples of tool calls.")
+
+
+def names_a_tool(prompts: list[str], offered: list[str]) -> bool:
+    """Whether any of ``prompts`` names an offered tool in quotes, the one way tiny-agent knows which to call."""
+    return any(f"{q}{name}{q}" in p for p in prompts for name in offered for q in ('"', "'"))
 
 
 def uncopyable_arguments(schemas: list[dict[str, Any]], tokenizer: Any) -> list[str]:

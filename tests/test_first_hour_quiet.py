@@ -134,3 +134,45 @@ def test_notebook_eval_progress_is_one_line_that_updates(shell, tiny_path, monke
     assert [update for _, _, update in published] == [False] + [True] * (len(published) - 1)
     assert "scored 10/10 prompts" in published[-1][0]["text/plain"]
 
+
+# ---------------------------------------------------------------- 3. the check's word on tiny-agent
+
+
+class LookupEnv:
+    """An agent env whose requests never name its tool: what a new user writes first."""
+
+    def build_dataset(self, tokenizer=None):
+        from datasets import Dataset
+
+        words = ["apple", "river", "stone", "cloud"]
+        return Dataset.from_dict({"prompt": [[{"role": "user", "content": f"What does {w} mean?"}] for w in words],
+                                  "word": words})
+
+    def reset(self, **row):
+        pass
+
+    def lookup(self, word: str) -> str:
+        """Look a word up in the dictionary.
+
+        Args:
+            word: The word.
+        """
+        return f"{word}: a thing"
+
+    def score_episode(self, model, tokenizer, completion, tool_calls, word):
+        return 1.0 if tool_calls and tool_calls[0]["name"] == "lookup" else 0.0
+
+
+def test_check_on_tiny_agent_says_what_it_can_call_when_no_prompt_names_the_tool():
+    from grpo_magic import check_env
+
+    report = check_env(LookupEnv, model="tiny-agent", samples=2, num_generations=2, max_new_tokens=32)
+    assert report.agent["offered_call_share"] == 0
+    why = [w for w in report.warnings if w.startswith("no episode called an offered tool")]
+    assert len(why) == 1, report.warnings
+    sentence = why[0]
+    assert "tiny-agent only calls a tool whose name the request gives in quotes, each argument as `name value`" \
+        in sentence
+    assert "none of these prompts names 'lookup' in quotes" in sentence
+    assert "README" in sentence and "try a model trained on tool calls" in sentence
+    assert sentence.replace("e.g. ", "").count(". ") == 0 and sentence.endswith(".")  # one sentence

@@ -274,7 +274,7 @@ def test_the_account_of_episodes_without_an_offered_call_from_their_transcripts(
         "(e.g. --model tiny-agent offline, Qwen/Qwen2.5-0.5B-Instruct on a GPU), or warm it up with supervised "
         "examples of tool calls.")
     for_tiny_agent = why_no_tool_call(stats, ["add"], "tiny-agent", ["a", "b"])
-    assert "tiny-agent copies a call from a request that spells it out" in for_tiny_agent
+    assert "tiny-agent only calls a tool whose name the request gives in quotes" in for_tiny_agent
     assert "(a, b): rename them" in for_tiny_agent and "rename" not in why_no_tool_call(stats, ["add"], "tiny-agent")
     card = transcript_html(episodes[0])
     assert "1 to tools not offered" in card and "was not offered" in card and "Tool get_time not found." in card
