@@ -7,6 +7,8 @@ from __future__ import annotations
 import io
 import logging
 
+import pytest
+
 # ---------------------------------------------------------------- 1. noise a user cannot act on
 
 
@@ -176,3 +178,61 @@ def test_check_on_tiny_agent_says_what_it_can_call_when_no_prompt_names_the_tool
     assert "none of these prompts names 'lookup' in quotes" in sentence
     assert "README" in sentence and "try a model trained on tool calls" in sentence
     assert sentence.replace("e.g. ", "").count(". ") == 0 and sentence.endswith(".")  # one sentence
+
+
+# ---------------------------------------------------------------- 4. a comparison's picture, the components' legend
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_compare_bundle_carries_a_png_with_a_legend_of_the_runs(tmp_path):
+    import base64
+    from array import array
+
+    pytest.importorskip("anywidget")
+    from grpo_magic import GRPOParams, compare
+    from grpo_magic.dashboard.curves import Curves
+    from grpo_magic.events import RunFinished, RunLog, RunStarted, StepLogged
+
+    folders = []
+    for i, lr in enumerate((1e-5, 1e-4)):
+        folder = tmp_path / f"lr-{i}"
+        params = GRPOParams(model="tiny", lr=lr, max_steps=5, project_name=str(folder)).to_dict()
+        log = RunLog(folder)
+        log(RunStarted(params=params, env_name="E", model="tiny", output_dir=str(folder), max_steps=5))
+        for s in range(1, 6):
+            log(StepLogged(step=s, metrics={"reward": 0.1 * s * (i + 1), "loss": 0.1}, max_steps=5))
+        log(RunFinished(status="completed", steps=5))
+        log.close()
+        folders.append(folder)
+    comparison = compare(*folders)
+    bundle, _meta = comparison._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle and "lr differs" in bundle["text/plain"]
+    width, height = _png_size(base64.b64decode(bundle["image/png"]))
+    assert width > 400 and height > 100
+    # the same panels the PNG draws: on the reward panel a legend names each run
+    drawn = Curves(comparison.panels())
+    rows = comparison.rows()
+    metrics = {c: array("d", [float("nan") if v is None else v for v in vals]) for c, vals in rows["columns"].items()}
+    drawn.png(array("d", rows["x"]), metrics, array("d"), array("d"), array("d"))
+    legend = drawn.axes[0].get_legend()
+    assert legend is not None and [t.get_text() for t in legend.get_texts()] == comparison.names
+
+
+def test_components_panel_picture_has_a_legend_naming_each_component():
+    from array import array
+
+    from grpo_magic.dashboard.curves import Curves
+    from grpo_magic.dashboard.panels import components_panel
+
+    for names in (("format", "answer"), ("answer",)):
+        panel = components_panel(names)
+        curves = Curves([panel])
+        metrics = {s.metric: array("d", [0.1, 0.2, 0.3]) for s in panel.series}
+        curves.png(array("d", [1, 2, 3]), metrics, array("d"), array("d"), array("d"))
+        legend = curves.axes[0].get_legend()
+        assert legend is not None, names
+        assert [t.get_text() for t in legend.get_texts()] == list(names)

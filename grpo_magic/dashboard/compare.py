@@ -124,10 +124,27 @@ class Comparison:
     def __repr__(self) -> str:
         return f"<Comparison of {len(self.names)} runs: {'; '.join(self.names)}; {self.caption}>"
 
+    def png(self) -> bytes:
+        """The compared panels as a PNG (matplotlib's object API on Agg, ``curves.Curves``), one line per run
+        and a legend naming the runs: the picture a saved notebook keeps for viewers without a kernel."""
+        from array import array
+
+        from .curves import Curves
+
+        rows = self.rows()
+        metrics = {col: array("d", [math.nan if v is None else v for v in values])
+                   for col, values in rows["columns"].items()}
+        none = array("d")
+        return Curves(self.panels()).png(array("d", rows["x"]), metrics, none, none, none)
+
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        """The page widget, its PNG for a saved notebook (nbviewer, GitHub) and the words for a terminal."""
+        import base64
+
         found = self.widget._repr_mimebundle_(**kwargs)  # anywidget: (data, metadata)
         data, meta = found if isinstance(found, tuple) else (found, {})
-        return {**data, "text/plain": repr(self)}, meta
+        png = base64.b64encode(self.png()).decode("ascii")
+        return {**data, "image/png": png, "text/plain": repr(self)}, meta
 
 
 def compare(*folders: str | Path) -> Comparison:

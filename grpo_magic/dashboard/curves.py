@@ -20,6 +20,13 @@ from .panels import AMBER, GREY, PANELS, Panel
 GREEN = "#16a34a"  # held-out evaluations (``RunView.evals``)
 
 
+def _named_lines(panel: Panel) -> bool:
+    """Whether a panel's lines need a legend to be told apart: several named lines, or the reward components
+    (whose names are the env's, which the title cannot say)."""
+    named = [s for s in panel.series if s.label]
+    return len(named) > 1 or (panel.key == "components" and bool(named))
+
+
 class Curves:
     """The grid of panels, drawn with matplotlib's object API on Agg, rendered to PNG.
 
@@ -132,8 +139,8 @@ class Curves:
                 top = float(np.nanmax(values)) if len(values) and np.isfinite(values).any() else 0.0
                 ax.set_ylim(-panel.min_top / 25, max(panel.min_top, top * 1.1))
             ax.tick_params(axis="y", labelleft=has)
-            if panel.group_range and (len(x) or len(rx)):  # rebuilt: its handles copy the lines' markers
-                ax.legend(fontsize=6, loc="upper left", frameon=False)
+            if (panel.group_range or _named_lines(panel)) and (len(x) or len(rx)):
+                self._legend(ax, panel)  # rebuilt: its handles copy the lines' markers
             for step, _label in markers:
                 self.marks.append(ax.axvline(step, color=GREY, linewidth=1.0, linestyle="--"))
             if panel.key == "reward" and evals:
@@ -141,6 +148,15 @@ class Curves:
         buf = io.BytesIO()
         self.fig.savefig(buf, format="png")
         return buf.getvalue()
+
+    def _legend(self, ax: Any, panel: Panel) -> None:
+        """The panel's legend: its own axis's labelled artists, then a share's line on the right-hand axis."""
+        handles, labels = ax.get_legend_handles_labels()
+        twin = self.twins.get(panel.key)
+        if twin is not None and twin.get_visible():
+            more, names = twin.get_legend_handles_labels()
+            handles, labels = handles + more, labels + names
+        ax.legend(handles, labels, fontsize=6, loc="upper left", frameon=False)
 
     def _draw_evals(self, ax: Any, evals: Sequence[dict[str, Any]]) -> None:
         """Held-out points (greedy mean; sampled mean where no greedy one) and the baseline's line."""
