@@ -236,3 +236,38 @@ def test_components_panel_picture_has_a_legend_naming_each_component():
         legend = curves.axes[0].get_legend()
         assert legend is not None, names
         assert [t.get_text() for t in legend.get_texts()] == list(names)
+
+
+# ---------------------------------------------------------------- 5. a light training form
+
+
+def _models_made_by(make) -> tuple[int, object]:
+    import warnings
+
+    import ipywidgets as w
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # Widget.widgets: the registry, still the count
+        before = set(w.Widget.widgets)
+        made = make()
+        return len(set(w.Widget.widgets) - before), made
+
+
+def test_the_form_is_a_few_dozen_models_until_all_trl_settings_is_opened():
+    from grpo_magic import GRPOParams
+    from grpo_magic.form import TrainForm
+
+    count, form = _models_made_by(lambda: TrainForm(GRPOParams(model="tiny", scale_rewards="none"), None))
+    assert count < 100, count  # was 1,554: every TRL setting's widgets, layouts and styles
+    assert form._trl_fields is None
+    assert form.params().trl_settings == {"scale_rewards": "none"}  # the flag's value, kept while closed
+    assert "--scale-rewards none" in form.params().to_command()
+    form.fields["recipe"].value = "dapo"  # a recipe while closed: its TRL settings are the form's
+    assert form.params().trl_settings.get("epsilon_high") == 0.28
+    opened, _ = _models_made_by(lambda: setattr(form.trl_accordion, "selected_index", 0))
+    assert opened > 500
+    assert set(form.trl_fields) == set(GRPOParams.trl_fields())  # every setting reachable once opened
+    assert form.trl_fields["scale_rewards"].value == "none" and form.trl_fields["epsilon_high"].value == "0.28"
+    assert len(form.trl_box.children) == len(GRPOParams.trl_fields())
+    form.trl_fields["num_iterations"].value = "2"
+    assert form.params().trl_settings["num_iterations"] == 2 and "--num-iterations 2" in form.params().to_command()
