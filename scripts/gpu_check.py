@@ -12,7 +12,11 @@ for a machine with the vllm extra). What it checks, each case one GRPO step thro
 - every case after the first is a second run in the same process: ``memory_allocated`` before and after each.
 
 ``--dry-run`` runs the same code on CPU with ``tiny`` in seconds and writes the same keys (CI keeps it from rotting).
-The machine's Python needs torch, transformers, peft and accelerate; trl and datasets come as wheels:
+The machine's Python needs torch, transformers, peft and accelerate; trl and datasets come as wheels (IPython,
+ipywidgets, matplotlib and anywidget are not imported on this path). trl 1.16.0, datasets 5.2.0, dill, multiprocess
+and xxhash are 2.3 MB; pyarrow and pandas (datasets needs both) add about 55 MB where the machine lacks them:
+
+    pip download --no-deps -d wheels/ trl==1.16.0 datasets==5.2.0 dill multiprocess xxhash [pyarrow pandas]
 
     python scripts/gpu_check.py --wheels wheels/ --out gpu-check.json     # on the GPU machine
     python scripts/gpu_check.py --dry-run --out /tmp/gpu-check.json       # anywhere, on CPU
