@@ -40,25 +40,6 @@ from .run import active_run, in_colab, last_run, train
 from .text import one_line
 
 
-class _UpdatingLine:
-    """A notebook's progress line: displayed once, then updated in place (``display_id``), no widget needed.
-
-    IPython in a terminal prints each update as a line of its own, as the CLI does on stderr.
-    """
-
-    def __init__(self) -> None:
-        self.handle: Any = None
-
-    def __call__(self, line: str) -> None:
-        from IPython.display import display
-
-        bundle = {"text/plain": line}
-        if self.handle is None:
-            self.handle = display(bundle, raw=True, display_id=True)
-        else:
-            self.handle.update(bundle, raw=True)
-
-
 @magics_class
 class GrpoMagics(Magics):
     """GRPO training magics; settings below are traitlets (``%config GrpoMagics``)."""
@@ -378,6 +359,7 @@ class GrpoMagics(Magics):
         went from failing to passing and back. A run folder is evaluated from its SAVED weights or adapter.
         """
         from .cli import add_eval_arguments, eval_call
+        from .progress import updating_line
 
         parser = OneLineParser(prog="%grpo_eval", add_help=False)
         parser.add_argument("env", nargs="?")
@@ -404,7 +386,7 @@ class GrpoMagics(Magics):
         elif env is not None:
             env = self._env_name(env, GRPOParams())
         try:
-            return eval_call(args, env, progress=_UpdatingLine())
+            return eval_call(args, env, progress=updating_line())
         except GRPOMagicError as exc:
             raise UsageError(str(exc)) from None
 

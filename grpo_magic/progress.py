@@ -4,6 +4,9 @@ It folds each event into the same ``RunView`` the notebook dashboard renders, an
 progress line per logged step (updated in place with a carriage return on a TTY, one line per step
 otherwise, so that logs and CI output stay readable), a short look at the latest group(s) every few
 steps, status changes, env swaps, the first error of each kind, and the final line.
+
+Long work outside a run (``%grpo_eval``) says its progress in a notebook on one line that updates
+(``updating_line``).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import shutil
 import sys
 import threading
+from collections.abc import Callable
 from typing import TextIO
 
 from .dashboard.state import RunView
@@ -211,3 +215,18 @@ class TerminalProgress:
         if event.output_dir:
             text += f" (output: {event.output_dir})"
         self._write_line(text)
+
+
+def updating_line() -> Callable[[str], None]:
+    """A notebook's progress line: displayed once, then updated in place (display_id), no widget needed.
+
+    IPython in a terminal prints each update as a line of its own, as the CLI does on stderr."""
+    from IPython.display import DisplayHandle
+
+    handle, shown = DisplayHandle(), []
+
+    def say(line: str) -> None:
+        (handle.update if shown else handle.display)({"text/plain": line}, raw=True)
+        shown.append(line)
+
+    return say

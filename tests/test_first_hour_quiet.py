@@ -70,14 +70,20 @@ def test_build_trainer_installs_the_quiet_filters_and_ignores_trls_experimental_
 
 
 def test_loading_bars_off_outside_a_terminal(tiny_path, capsys):
+    import warnings
+
     from transformers.utils import logging as hf_logging
 
     from grpo_magic.models import load_model
 
     was = hf_logging.is_progress_bar_enabled()
-    hf_logging.enable_progress_bar()  # as a user's session has it (the suite's conftest turns bars off)
+    with warnings.catch_warnings():  # the suite's HF_HUB_DISABLE_PROGRESS_BARS=1 says it wins over huggingface_hub's
+        warnings.simplefilter("ignore", UserWarning)
+        hf_logging.enable_progress_bar()  # as a user's session has it (the suite's conftest turns bars off)
     try:
-        load_model(tiny_path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            load_model(tiny_path)
         assert hf_logging.is_progress_bar_enabled()  # the user's setting is put back
     finally:
         if not was:
