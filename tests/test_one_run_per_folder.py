@@ -179,7 +179,7 @@ def test_two_cli_runs_into_one_folder_the_second_is_refused_in_one_line_and_the_
         # Reading a folder in use takes no lock: the dashboard of the run so far, and a rescore of its steps.
         assert grpo_magic.replay(str(shared)).step == 1
         report = grpo_magic.rescore(str(shared), Rescorer)
-        assert {g.step for g in report.groups} == {1}
+        assert {g["step"] for g in report.groups} == {1}
         assert probe(shared / FOLDER_LOCK_NAME)[0]  # still held by the first run
     finally:
         err = _finish(first, gate)

@@ -52,7 +52,7 @@ def test_swap_scores_the_next_steps_with_the_new_class_and_a_refused_one_changes
         _wait(run, 2)
         # without --swap: registered for the next run, and the summary says the running one keeps its class
         shell.run_cell_magic("grpo_env", "", CELL.replace("SCORE", "0.5"))
-        assert "keeps the class it started with" in shown[-1].data and "--swap" in shown[-1].data
+        assert "keeps the class it started with" in shown[-1]["text/html"] and "--swap" in shown[-1]["text/html"]
         # a refused swap: one sentence, and the run goes on with its env
         bad = CELL.replace("SCORE", "0.9").replace("def build_dataset(self, tokenizer):",
                                                    "def build_dataset(self, tokenizer):\n        raise KeyError('db')")
@@ -62,7 +62,7 @@ def test_swap_scores_the_next_steps_with_the_new_class_and_a_refused_one_changes
         _wait(run, step + 1)
         assert run.swaps == []
         spec = shell.run_cell_magic("grpo_env", "SwapEnv --swap", CELL.replace("SCORE", "0.75"))
-        assert spec.name == "SwapEnv" and "scores with this class from its next step on" in shown[-1].data
+        assert spec.name == "SwapEnv" and "scores with this class from its next step on" in shown[-1]["text/html"]
         deadline = time.monotonic() + 300
         while not run.swaps and time.monotonic() < deadline and not run.done:
             time.sleep(0.05)
