@@ -36,7 +36,7 @@ from .magic_args import parse_line as _parse
 from .magic_args import train_parser as _train_parser
 from .params import GRPOParams
 from .redaction import redact
-from .run import active_run, in_colab, last_run, train
+from .run import active_run, in_colab, in_notebook, last_run, train
 from .text import one_line
 
 
@@ -267,8 +267,12 @@ class GrpoMagics(Magics):
     def _start(self, params: GRPOParams, env_name: str | None, *, blocking: bool, resume: bool = False,
                display: Any = None) -> Any:
         self.last_model = params.model
+        from .progress import TerminalProgress
+
+        # IPython in a terminal shows no widgets: the run prints the CLI's progress lines there instead.
+        progress = [] if in_notebook() else [TerminalProgress()]
         run = train(params, env_name, blocking=blocking, display=display if display is not None else self.dashboard,
-                    resume=resume, raise_on_failure=False)
+                    resume=resume, raise_on_failure=False, callbacks=progress)
         self.last_started = run  # a refused line raised above: it never started, and is never exported
         return run
 

@@ -329,3 +329,14 @@ def test_terminal_progress_escapes_control_characters_of_completions():
     text = out.getvalue()
     assert not any(ord(c) < 32 and c != "\n" or ord(c) == 127 for c in text), repr(text)
     assert "a\\x00b\\x08c" in text and "say \\x1b[31mred" in text and "bad \\x07 byte" in text
+
+
+def test_a_run_from_ipython_in_a_terminal_prints_the_cli_s_progress(shell, capsys, in_tmp):
+    """No kernel, so no widgets: %grpo_train --run writes the CLI's progress lines, not silence."""
+    shell.run_cell_magic("grpo_env", "", ENV_CELL)
+    capsys.readouterr()
+    run = shell.run_line_magic("grpo_train", "--env CountEnv --model tiny --max-steps 2 --batch-size 4 "
+                                             "--rl-num-generations 2 --rl-max-new-tokens 4 --run --blocking")
+    assert run.status == "completed", run.reason
+    err = capsys.readouterr().err
+    assert "grpo: CountEnv on tiny ->" in err and "step 2/2" in err, err
