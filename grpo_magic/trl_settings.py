@@ -518,6 +518,7 @@ def route(kwargs: dict[str, Any], names: list[str], flag: Any) -> tuple[dict[str
         )
     trl: dict[str, Any] = dict(kwargs.get("trl_settings") or {})
     extra = {k: v for k, v in kwargs.items() if k not in names and k != "trl_settings"}
+    given_as: dict[str, str] = {name: name for name in trl}  # setting -> the name it was given by
     for given, value in extra.items():
         name = resolve_name(given)
         label = f"{given} (--{given.replace('_', '-')})"
@@ -532,11 +533,13 @@ def route(kwargs: dict[str, Any], names: list[str], flag: Any) -> tuple[dict[str
         elif name in OWNED:
             raise GRPOMagicError(owned_message(name))
         elif name in settings():
-            if name in trl and given != name:
+            if given_as.get(name, given) != given:  # in either order: the alias first, or the setting's own name
+                alias = given if given != name else given_as[name]
                 raise GRPOMagicError(
-                    f"{name} (--{name.replace('_', '-')}) and {label} are the same setting "
-                    f"({given} is its {_alias_kind(given)} name); use only --{name.replace('_', '-')}."
+                    f"{name} (--{name.replace('_', '-')}) and {alias} (--{alias.replace('_', '-')}) are the same "
+                    f"setting ({alias} is its {_alias_kind(alias)} name); use only --{name.replace('_', '-')}."
                 )
+            given_as[name] = given
             trl[name] = value
         elif name in unsettable():
             raise GRPOMagicError(f"{name} cannot be set by grpo_magic: {unsettable()[name]}.")

@@ -20,6 +20,9 @@ from grpo_magic.memory import count_parameters, estimate
 from grpo_magic.recipes import RECIPES
 
 REPO = Path(__file__).resolve().parents[1]
+#: The checkpointing setting as the installed transformers names it (5.24: activation_checkpointing, 5.17:
+#: gradient_checkpointing); both flags and both keyword names reach it.
+CHECKPOINTING = ts.ALIASES.get("gradient_checkpointing", "gradient_checkpointing")
 
 #: TRL's paper index (docs/source/paper_index in huggingface/trl at 0fbbe3b2bb0bd98730d5d223495cd7cb627f253d),
 #: each entry's GRPOConfig(...) as written there.
@@ -171,7 +174,7 @@ def test_the_must_show_run_trains_with_each_value(in_tmp):
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     args = torch.load(out / "training_args.bin", weights_only=False)
-    assert (args.scale_rewards, args.num_iterations, args.activation_checkpointing) == ("none", 2, True)
+    assert (args.scale_rewards, args.num_iterations, getattr(args, CHECKPOINTING)) == ("none", 2, True)
     assert (str(args.lr_scheduler_type.value), args.warmup_steps) == ("cosine", 0.1)
     assert (args.loss_type, args.epsilon_high, args.mask_truncated_completions, args.beta) == ("dapo", 0.28, True, 0.0)
     started = json.loads(next(line for line in (out / "events.jsonl").open() if '"run_started"' in line))
@@ -296,7 +299,7 @@ def test_the_exported_launch_folder_carries_trl_settings_and_the_recipe():
     for line in (
         "--recipe gspo",
         "--scale-rewards batch",
-        "--no-activation-checkpointing",
+        f"--no-{CHECKPOINTING.replace('_', '-')}",  # the installed transformers' name
         "--lr-scheduler-kwargs '{\"num_cycles\": 2}'",
     ):
         assert line in script, line
@@ -305,15 +308,16 @@ def test_the_exported_launch_folder_carries_trl_settings_and_the_recipe():
     assert again.grpo_config_kwargs() == params.grpo_config_kwargs()
 
 
-def test_gradient_checkpointing_is_the_alias_of_activation_checkpointing():
-    assert "activation_checkpointing" in {f.name for f in dataclasses.fields(GRPOConfig)}
-    args = build_parser().parse_args(["train", "--model", "tiny", "--no-gradient-checkpointing"])
+def test_gradient_and_activation_checkpointing_are_one_setting_named_as_the_installed_transformers_names_it():
+    assert CHECKPOINTING in {f.name for f in dataclasses.fields(GRPOConfig)}
     from grpo_magic.cli import params_from_namespace
 
-    params = params_from_namespace(args)
-    assert params.trl_settings == {"activation_checkpointing": False}
-    assert GRPOParams(model="tiny", gradient_checkpointing=True).activation_checkpointing is True
-    with pytest.raises(Exception, match="old name"):
+    for flag in ("--no-gradient-checkpointing", "--no-activation-checkpointing"):
+        params = params_from_namespace(build_parser().parse_args(["train", "--model", "tiny", flag]))
+        assert params.trl_settings == {CHECKPOINTING: False}, flag
+    assert getattr(GRPOParams(model="tiny", gradient_checkpointing=True), CHECKPOINTING) is True
+    assert getattr(GRPOParams(model="tiny", activation_checkpointing=True), CHECKPOINTING) is True
+    with pytest.raises(Exception, match="(old|new) name"):
         GRPOParams(model="tiny", activation_checkpointing=True, gradient_checkpointing=False)
 
 
