@@ -7,6 +7,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from grpo_magic import read_run_log
 from grpo_magic.events import GroupScored, RunFinished, StepLogged
 
@@ -36,6 +38,7 @@ class HotelEnv:
 '''
 
 
+@pytest.mark.process
 def test_an_original_interface_env_trains_unchanged_from_its_own_folder(tmp_path):
     project = tmp_path / "project"
     (project / "my_envs").mkdir(parents=True)
@@ -68,6 +71,7 @@ def test_an_original_interface_env_trains_unchanged_from_its_own_folder(tmp_path
     assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
 
 
+@pytest.mark.process
 def test_python_dash_m_and_help(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "grpo_magic", "train", "--help"], capture_output=True, text=True,
                           timeout=60)

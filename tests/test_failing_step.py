@@ -71,6 +71,7 @@ def test_in_one_process_the_failing_steps_episodes_reach_the_log_the_dashboard_a
     assert "room_17" in html.errors_html(dashboard.view) and "8 of 8 episodes failed" in dashboard.status_text
 
 
+@pytest.mark.process
 def test_in_two_torchrun_processes_the_failing_steps_episodes_of_both_reach_the_log(tmp_path):
     (tmp_path / "broken_env.py").write_text(textwrap.dedent(ALWAYS_RAISES))
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GRPO_MAGIC_LAUNCHED")}

@@ -333,6 +333,7 @@ def test_a_failing_save_is_reported_and_the_log_still_ends(in_tmp, monkeypatch):
     assert finished.status == "failed" and finished.saved == [] and finished.steps == 1
 
 
+@pytest.mark.process
 def test_ctrl_c_in_the_terminal_stops_the_cli_run_with_weights_and_log_saved(in_tmp):
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(repo) + os.pathsep + os.environ.get("PYTHONPATH", "")}

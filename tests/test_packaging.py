@@ -159,6 +159,7 @@ def test_the_trl_hook_checks_signatures_and_modules_not_only_names():
     _one_sentence(str(info.value))
 
 
+@pytest.mark.process
 def test_version_flag_names_the_package_and_what_it_runs_on(capsys):
     assert grpo_magic.__version__ == PROJECT["version"]
     assert main(["--version"]) == 0

@@ -65,6 +65,7 @@ def test_unknown_flag_and_bad_type_are_one_line_exit_2(capsys):
     assert "--lr" in err and "fast" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.process
 def test_cli_in_a_fresh_process_prints_no_traceback(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "grpo_magic", "train", "--model", "tiny", "--rl-env-module", "x", "--rl-env-class",

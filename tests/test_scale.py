@@ -75,6 +75,7 @@ GROUP = {"scale_rewards": "group", "multi_objective_aggregation": "sum_then_norm
 # ---------------------------------------------------------------- several processes for real
 
 
+@pytest.mark.process
 def test_two_torchrun_processes_train_one_run_with_every_rank_s_groups_once(tmp_path):
     (tmp_path / "ranked_env.py").write_text(textwrap.dedent(RANKED_ENV))
     # 6 completions per process, groups of 4: 3 groups a step, the middle one split across the two ranks.
@@ -105,6 +106,7 @@ def test_two_torchrun_processes_train_one_run_with_every_rank_s_groups_once(tmp_
         "model.safetensors"]
 
 
+@pytest.mark.process
 def test_num_processes_on_cpu_starts_torchrun_itself(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "grpo_magic", "train", "--model", "tiny", "--rl-env-module", "envs.letters",
@@ -262,6 +264,7 @@ def _assert_gone(pid: int) -> None:
         os.kill(pid, 0)
 
 
+@pytest.mark.process
 def test_a_server_that_dies_or_never_answers_is_reported_with_its_log(tmp_path):
     port = _free_port()
     dies = [sys.executable, "-c", "print('CUDA out of memory while loading'); raise SystemExit(1)"]
@@ -279,6 +282,7 @@ def test_a_server_that_dies_or_never_answers_is_reported_with_its_log(tmp_path):
 SERVER_PARAMS = dict(model="tiny", use_vllm=True, vllm_mode="server", rl_max_new_tokens=8)
 
 
+@pytest.mark.process
 def test_a_server_url_that_does_not_answer_fails_before_the_model_loads(in_tmp, monkeypatch):
     monkeypatch.setenv("GRPO_MAGIC_VLLM_CHECK_TIMEOUT", "2")
     import grpo_magic.models
@@ -620,6 +624,7 @@ class CountEnv:
 '''
 
 
+@pytest.mark.process
 def test_export_to_a_folder_trains_through_launch_sh_in_a_fresh_process(in_tmp, capsys):
     from IPython.core.interactiveshell import InteractiveShell
 

@@ -158,6 +158,7 @@ def test_the_check_tells_why_tiny_agent_cannot_copy_one_letter_arguments(shell) 
     assert uncopyable_arguments([schema], tokenizer) == ["a", "city", "query"]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", ["WeighParcel", "ReserveHarbor", "PaintGarden"])
 def test_tiny_agent_calls_the_tools_of_envs_it_has_never_seen(shell, name: str) -> None:
     """Envs named from the held-out lists (one integer, two arguments, an enum): through ``%grpo_check``, at least
@@ -179,6 +180,7 @@ def test_tiny_agent_calls_the_tools_of_envs_it_has_never_seen(shell, name: str) 
     assert report.agent["offered_call_share"] >= 0.5 and not report.agent["not_offered_calls"]
 
 
+@pytest.mark.long
 def test_a_two_step_env_gets_episodes_with_both_calls_in_order(shell) -> None:
     """``GuessThenEncode``: ``encode_grade`` must be called with what ``guess_secret`` returned (121 to 135, three
     tokens the request does not have). tiny-agent (v2.2: fine-tuned from the circuit with its chain heads) makes

@@ -59,6 +59,7 @@ def _assert_same(tracked: dict[int, dict[str, float]], logged: dict[int, dict[st
             assert tracked[step][f"train/{name}"] == pytest.approx(metrics[name], abs=1e-6), (step, name)
 
 
+@pytest.mark.process
 def test_trackio_gets_components_and_episode_errors_offline(tmp_path):
     _, logged = _train(tmp_path, "trackio")
     project = "huggingface"  # transformers' default TrainingArguments.project
@@ -74,6 +75,7 @@ def test_trackio_gets_components_and_episode_errors_offline(tmp_path):
     _assert_same(tracked, logged)
 
 
+@pytest.mark.process
 def test_tensorboard_gets_components_and_episode_errors(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
