@@ -150,9 +150,10 @@ def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
         except SystemExit as exc:  # argparse's own exits (--help, a bad flag)
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
         finally:
-            here = str(Path.cwd())
-            for name in set(sys.modules) - before:
-                if (getattr(sys.modules[name], "__file__", None) or "").startswith(here):
+            here, repo = Path.cwd(), Path(__file__).resolve().parents[1]
+            for name in set(sys.modules) - before:  # the package and envs/ stay: one module object each
+                path = Path(getattr(sys.modules[name], "__file__", None) or "/").resolve()
+                if path.is_relative_to(here) and not path.is_relative_to(repo):
                     del sys.modules[name]
         out = capsys.readouterr()
         return CliResult(int(code or 0), out.out, out.err)
