@@ -1207,7 +1207,7 @@ def _summary_lines(r: dict[str, Any]) -> list[str]:
     if "curves_in_a_kernel" in r:
         k = r["curves_in_a_kernel"]
         lines.append(f"  in a kernel             {k['updates_per_step']['median']} per step, "
-                     f"{100 * k['dashboard_share_of_loop']['median']:.2f}% of the loop, {k['ms_per_update']['median']} ms each")
+                     f"{100 * k['dashboard_share_of_loop']['median']:.2f}% of the loop, {k['render_ms']['median']} ms a render")
     if "teach" in r:
         t = r["teach"]
         lines.append(f"tiny-math GRPO rise       {t['rise']['median']} (min {t['rise']['min']}, max {t['rise']['max']}; "
