@@ -19,6 +19,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from .folders import RUNS_DIR
 from .params import GRPOParams
 from .redaction import redact
 
@@ -27,8 +28,6 @@ ACCELERATE_CONFIG_NAME = "accelerate_config.yaml"
 SBATCH_NAME = "slurm.sbatch"
 SLURM_ACCELERATE_CONFIG_NAME = "accelerate_config_slurm.yaml"
 CLUSTERS = ("none", "slurm")
-RUNS_DIR = "grpo-runs"  # folders.RUNS_DIR: the parent of the folder a run gets when it names none (export's room
-# imports only params and redaction, docs/architecture.md)
 
 
 def module_source(env_name: str, code: str) -> str:
@@ -213,14 +212,13 @@ def write_folder(folder: Path, module_name: str, env_name: str, code: str, param
     return files
 
 
-
 def params_to_export(last: Any, form: Any, *, from_form: bool = False,
                      default_model: str | None = None) -> tuple[GRPOParams | None, str]:
     """The parameters ``%grpo_export`` writes and which they are, in words (its output says so); or None and the
     sentence that refuses ``from_form``.
 
-    The last run that started (``last_run()``: its parameters, as its run log has them), since that is what
-    trained; a ``%grpo_train`` line that was refused never started, so it is never exported. ``from_form``: the
+    ``last``: the last run ``%grpo_train`` or its form started (its parameters), since that is what trained; a
+    ``%grpo_train`` line that was refused never started, so it is never exported. ``from_form``: the
     shown form's values, which must be valid. With no run yet: the form's values when a valid form is shown,
     else the defaults.
     """

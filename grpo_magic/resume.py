@@ -125,7 +125,8 @@ def checkpoint_to_resume(output_dir: Path, params: GRPOParams, processes: int) -
     """The checkpoint a resumed run continues from, after checking that this run can continue it.
 
     No checkpoint, a parameter that differs from the checkpoint's where it matters, a ``max_steps`` the
-    checkpoint has already reached, or another number of processes: one clear sentence (``GRPOMagicError``) naming the difference and the fix.
+    checkpoint has already reached, or another number of processes: one clear sentence (``GRPOMagicError``)
+    naming the difference and the fix.
     """
     checkpoint = last_checkpoint(output_dir)
     if checkpoint is None:

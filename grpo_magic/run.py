@@ -64,8 +64,6 @@ STOP_REASONS = {"request": "stopped on request", "SIGINT": "stopped by Ctrl-C (S
 MAX_GROUPS_IN_MEMORY = 256
 MAX_ERRORS_IN_MEMORY = 1000
 
-
-
 _ACTIVE: GRPORun | None = None
 _LAST: GRPORun | None = None
 _ACTIVE_LOCK = threading.Lock()

@@ -113,8 +113,6 @@ class QuietFilter(logging.Filter):
         self.prefixes = prefixes
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not self.prefixes:
-            return True
         message = record.getMessage()
         return not any(message.startswith(p) for p in self.prefixes)
 
