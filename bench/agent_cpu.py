@@ -72,8 +72,8 @@ def _worker(name: str, args: dict[str, Any], extra_env: dict[str, str] | None = 
 def worker_build(args: dict[str, Any]) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_magic.models import tool_corpus
-    from grpo_magic.models.tiny_agent import RECIPE
+    from research.tiny_agent import tool_corpus
+    from research.tiny_agent.recipe import RECIPE
 
     path = RECIPE.path()
     digest = hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()

@@ -109,13 +109,13 @@ def build_model(dest: str, smoke: bool) -> dict[str, Any]:
 
 def _precision() -> dict[str, bool]:
     """GRPOConfig's bf16/fp16 as grpo_magic chooses them for this GPU (a plain TRL user on a T4 picks fp16 too)."""
-    from grpo_magic.device import choose_precision, grpo_precision_kwargs
+    from grpo_magic.runtime.device import choose_precision, grpo_precision_kwargs
 
     return grpo_precision_kwargs(choose_precision())
 
 
 def _load_dtype() -> Any:
-    from grpo_magic.device import choose_precision, load_dtype
+    from grpo_magic.runtime.device import choose_precision, load_dtype
 
     return load_dtype(choose_precision())
 

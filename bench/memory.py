@@ -1,4 +1,4 @@
-"""The memory estimate's terms (grpo_magic.memory) against what can be measured on CPU.
+"""The memory estimate's terms (grpo_magic.config.memory) against what can be measured on CPU.
 
 - parameters: counted on the meta device (no weights) vs the loaded model's;
 - optimizer state: AdamW's real state bytes after one step vs ``8 x trainable``;
@@ -13,7 +13,7 @@ its 151,936-token vocabulary, tied embeddings; the offline tiny tokenizer) throu
 float32: the process's resident set sampled every 5 ms from outside torch's accounting (psutil), with marks at
 TRL's train begin (the loaded model: ``weights``) and step end (the optimizer's state; gradients are freed by
 then), and the transient peak of the step above the step's end (``gradients`` + ``activations`` + ``logits``),
-each against ``grpo_magic.memory.estimate``. LoRA: about 2.5 minutes on 2 cores; full fine-tuning needs about
+each against ``grpo_magic.config.memory.estimate``. LoRA: about 2.5 minutes on 2 cores; full fine-tuning needs about
 10 GB of RAM.
 """
 
@@ -25,7 +25,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from grpo_magic import GRPOParams
-from grpo_magic.memory import count_parameters, estimate
+from grpo_magic.config.memory import count_parameters, estimate
 from grpo_magic.models import tiny_model_path
 
 

@@ -379,7 +379,7 @@ def worker_overhead(args: dict[str, Any]) -> dict[str, Any]:
 def worker_scoring(args: dict[str, Any]) -> dict[str, Any]:
     """Train a few steps on a latency-bound env and time the reward call of each step."""
     from grpo_magic import GRPOParams, train
-    from grpo_magic.reward import EnvReward
+    from grpo_magic.environment.reward import EnvReward
 
     calls: list[float] = []
     original = EnvReward.score  # what TRL's reward function of a run calls (trainer.StepRecords)
@@ -566,7 +566,7 @@ def worker_memory(args: dict[str, Any]) -> dict[str, Any]:
     from grpo_magic import GRPOParams
     from grpo_magic.dashboard import Dashboard
     from grpo_magic.events import RunLog, RunStarted, StatusChanged
-    from grpo_magic.run import GRPORun
+    from grpo_magic.training.run import GRPORun
 
     out = tempfile.mkdtemp(prefix="bench-mem-")
     target = args["target"]

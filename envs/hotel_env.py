@@ -796,7 +796,7 @@ def _device_of(model: Any) -> Any:
 def _decode_reply(tokenizer: Any, ids: list[int]) -> str:
     """Text of the generated ids up to the end of the turn, keeping tool-call markup tokens.
 
-    The same as ``grpo_magic.generation.decode_reply``, kept here on purpose: an example env is a plain
+    The same as ``grpo_magic.environment.generation.decode_reply``, kept here on purpose: an example env is a plain
     module a user could write, so it imports nothing from grpo_magic.
     """
     stop = {tokenizer.eos_token_id, tokenizer.pad_token_id}

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .env import EnvSpec, register_env, registered_envs
+from .config.params import GRPOParams
+from .environment.env import EnvSpec, register_env, registered_envs
 from .errors import GRPOMagicError
 from .events import read_run_log
-from .params import GRPOParams
-from .run import GRPORun, last_run, train
+from .training.run import GRPORun, last_run, train
 
 __version__ = "0.1.0"
 
@@ -53,33 +53,33 @@ def compare(*output_dirs: Any) -> Any:
 
 
 def check_env(*args: Any, **kwargs: Any) -> Any:
-    """Pre-flight an environment on sampled completions without training (see ``grpo_magic.check``)."""
-    from .check import check_env as _check_env
+    """Pre-flight an environment on sampled completions without training (see ``grpo_magic.analysis.check``)."""
+    from .analysis.check import check_env as _check_env
 
     return _check_env(*args, **kwargs)
 
 
 def rescore(run_or_dir: Any = None, env: Any = None, **kwargs: Any) -> Any:
-    """Score a run log's completions again with ``env`` as it is now (see ``grpo_magic.rescoring``)."""
-    from .rescoring import rescore as _rescore
+    """Score a run log's completions again with ``env`` as it is now (see ``grpo_magic.analysis.rescoring``)."""
+    from .analysis.rescoring import rescore as _rescore
 
     return _rescore(run_or_dir, env, **kwargs)
 
 
 def evaluate(env: Any = None, model_or_run_dir: Any = None, **kwargs: Any) -> Any:
-    """Score a model or a run folder's saved weights on the env's held-out prompts (see ``grpo_magic.evaluation``)."""
-    from .evaluation import evaluate as _evaluate
+    """Score a model or a run folder's saved weights on the env's held-out prompts (see ``grpo_magic.analysis.evaluation``)."""
+    from .analysis.evaluation import evaluate as _evaluate
 
     return _evaluate(env, model_or_run_dir, **kwargs)
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    from .magics import load_ipython_extension as _load
+    from .frontends.magics import load_ipython_extension as _load
 
     _load(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    from .magics import unload_ipython_extension as _unload
+    from .frontends.magics import unload_ipython_extension as _unload
 
     _unload(ipython)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import logging
+import math
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -56,6 +57,12 @@ TRL_INTERNALS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ),
     (
         "GRPOTrainer",
+        "store_flos",
+        (),
+        "replaces with a no-op before a trainer whose other processes were lost saves alone (a collective call)",
+    ),
+    (
+        "GRPOTrainer",
         "__init__",
         (
             "model",
@@ -70,6 +77,9 @@ TRL_INTERNALS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "builds the trainer with",
     ),
 )
+
+#: accelerate's private state grpo_magic reads: (owner, attribute, what we do); ``check_trl`` checks each exists.
+ACCELERATE_INTERNALS = (("PartialState", "_shared_state", "reads to keep a process state set up already"),)
 
 #: The keys grpo_magic reads from what ``_generate_and_score_completions`` returns.
 BATCH_KEYS = ("advantages", "completion_ids", "completion_mask")
@@ -153,9 +163,10 @@ def construction_warnings_ignored() -> Iterator[None]:
         yield
 
 
-#: Attributes of TRL's objects grpo_magic reads (``vllm_engine``: the trainer's vLLM engine and client;
-#: ``vllm_max_model_len``: vLLM's engine config; ``vllm_server_generate``: what TRL's client returns).
-TRL_ATTRIBUTES = ("vllm_generation", "vllm_client", "llm_engine", "enable_sleep_mode")
+#: Attributes of TRL's objects grpo_magic reads or sets (``vllm_engine``: the trainer's vLLM engine and client;
+#: ``vllm_max_model_len``: vLLM's engine config; ``vllm_server_generate``: what TRL's client returns;
+#: ``skip_flos_sum``: the trainer's flops sum).
+TRL_ATTRIBUTES = ("vllm_generation", "vllm_client", "llm_engine", "enable_sleep_mode", "store_flos")
 
 #: TRL's modules grpo_magic imports beyond ``trl`` itself (checked to exist, not imported, by ``check_trl``).
 TRL_MODULES = ("trl.trainer.grpo_trainer", "trl.generation.vllm_client", "trl.chat_template_utils")
@@ -193,6 +204,12 @@ def check_trl(
                 f"The installed TRL {version}'s {owner}.{name} takes no {missing[0]!r} argument (it takes "
                 f"{', '.join(params[1:]) or 'nothing'}), and grpo_magic {why} it; {fix}"
             )
+    from accelerate import state as accelerate_state
+
+    for owner, name, why in ACCELERATE_INTERNALS:
+        if not hasattr(getattr(accelerate_state, owner, None), name):
+            raise GRPOMagicError(f"The installed accelerate has no {owner}.{name}, which grpo_magic {why}; install an "
+                                 "accelerate release grpo_magic supports: pip install 'accelerate>=1.4'.")
     for module in modules:
         if _module_missing(module):
             raise GRPOMagicError(f"The installed TRL {version} has no module {module}, which grpo_magic uses; {fix}")
@@ -422,3 +439,106 @@ def reward_call_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str
     """Split a reward call's keyword arguments into TRL's own (``REWARD_KWARGS``) and the dataset columns."""
     ours = {k: v for k, v in kwargs.items() if k in REWARD_KWARGS}
     return ours, {k: v for k, v in kwargs.items() if k not in REWARD_KWARGS}
+
+
+# ---------------------------------------------------------------- TRL's arithmetic and rules, mirrored
+
+
+def _nanmean(values: list[float]) -> float:
+    valid = [v for v in values if not math.isnan(v)]
+    return sum(valid) / len(valid) if valid else math.nan
+
+
+def _nanstd(values: list[float]) -> float:
+    """TRL's ``nanstd``: Bessel-corrected over the non-NaN values, NaN for fewer than two."""
+    valid = [v for v in values if not math.isnan(v)]
+    if len(valid) < 2:
+        return math.nan
+    m = sum(valid) / len(valid)
+    return math.sqrt(sum((v - m) ** 2 for v in valid) / (len(valid) - 1))
+
+
+def trl_advantages(groups: list[list[float | None]], settings: dict[str, Any]) -> list[list[float]]:
+    """The advantages TRL computes for one generation batch with one reward function.
+
+    The same arithmetic as ``GRPOTrainer._generate_and_score_completions``: a failed episode
+    (``None``, TRL's NaN) is left out of its group's mean and std and gets advantage 0; the std is
+    ``nanstd`` of the group (``scale_rewards`` "group"/"none") or of the whole batch ("batch"),
+    plus 1e-4; "none" does not divide; ``normalize_then_sum`` normalizes per group, then over the batch.
+    Written out here, in TRL's room, because TRL computes it inline in that method, with no function to call
+    on new rewards; tests/test_trl_compat.py holds it to the advantages TRL itself trained on in real steps,
+    for every ``scale_rewards`` x ``multi_objective_aggregation`` of the installed TRL.
+    """
+    w = settings.get("reward_weight", 1.0)
+    scale = settings.get("scale_rewards", "group")
+    rewards = [[math.nan if s is None else float(s) * w for s in g] for g in groups]
+    if settings.get("multi_objective_aggregation", "sum_then_normalize") == "normalize_then_sum":
+        normalized = []
+        for g in groups:
+            raw = [math.nan if s is None else float(s) for s in g]
+            mean, std = _nanmean(raw), _nanstd(raw) if len(raw) > 1 else 0.0
+            # TRL's nansum over the (one) reward function turns a NaN into 0; an unscorable row stays NaN.
+            normalized.append([math.nan if s is None else _zero_nan((r - mean) / (std + 1e-4)) * w
+                               for s, r in zip(g, raw, strict=True)])
+        flat = [r for g in normalized for r in g]
+        mean, std = _nanmean(flat), _nanstd(flat) if len(flat) > 1 else 0.0
+        return [[_zero_nan((r - mean) / (std + 1e-4)) for r in g] for g in normalized]
+    batch_std = _nanstd([r for g in rewards for r in g]) if scale == "batch" else math.nan
+    out = []
+    for g in rewards:
+        mean = _nanmean(g)
+        std = batch_std if scale == "batch" else (_nanstd(g) if len(g) > 1 else 0.0)
+        out.append([_zero_nan((r - mean) / (std + 1e-4) if scale != "none" else r - mean) for r in g])
+    return out
+
+
+def _zero_nan(value: float) -> float:
+    return 0.0 if math.isnan(value) else value
+
+
+def call_reward(score: Any, prompts: list[Any], completions: list[Any], *, completion_ids: list[list[int]] | None = None,
+                environments: list[Any] | None = None, **columns: Any) -> Any:
+    """A reward function called as ``GRPOTrainer`` calls it, outside a trainer (the check, held-out episodes):
+    TRL's own keyword arguments (``REWARD_KWARGS``) with no trainer state behind them, then the columns."""
+    kwargs: dict[str, Any] = {
+        "completion_ids": completion_ids if completion_ids is not None else [[] for _ in completions],
+        "trainer_state": None, "log_extra": None, "log_metric": None,
+    }
+    if environments is not None:
+        kwargs["environments"] = environments
+    return score(prompts=prompts, completions=completions, **kwargs, **columns)
+
+
+#: Methods of an ``environment_factory`` env that TRL's tool loop does not offer as tools (``GRPOTrainer.__init__``).
+TRL_ENV_METHODS = ("reset", "get_reward")
+
+
+def environment_tool_names(cls: type, also_not: tuple[str, ...] = ()) -> list[str]:
+    """The methods TRL's tool loop offers as tools of an env of class ``cls``: its public functions, listed on the
+    class as ``GRPOTrainer.__init__`` lists them, but ``TRL_ENV_METHODS`` (and ``also_not``)."""
+    return [n for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
+            if not n.startswith("_") and n not in TRL_ENV_METHODS and n not in also_not]
+
+
+def skip_flos_sum(trainer: Any) -> None:
+    """Before saving alone: ``Trainer.store_flos`` sums every process's floating-point operations (a collective
+    call), which a trainer whose other processes were lost cannot make; that count stays unknown instead."""
+    trainer.store_flos = lambda: None
+
+
+def accelerate_state_exists() -> bool:
+    """Whether accelerate's process state was set up in this process (its borg ``PartialState._shared_state``)."""
+    from accelerate.state import PartialState
+
+    return bool(PartialState._shared_state)
+
+
+#: Library warnings about settings grpo_magic sets on purpose, ignored by wording (transformers warns that
+#: gradient checkpointing will change and that pin_memory has no accelerator on a CPU).
+SETTING_WARNINGS = (".*gradient_checkpointing.*", ".*is_gradient_checkpointing.*", ".*pin_memory.*")
+
+
+def ignore_setting_warnings() -> None:
+    """Ignore ``SETTING_WARNINGS`` for the rest of the process (the run's event stream is its progress display)."""
+    for pattern in SETTING_WARNINGS:
+        warnings.filterwarnings("ignore", message=pattern)

@@ -5,7 +5,7 @@ for a machine with the vllm extra). What it checks, each case one GRPO step thro
 
 - ``full_bf16`` and ``lora_bf16``: a model of Qwen2.5-0.5B's shape (random weights from its config, its 151,936-token
   vocabulary, the offline tiny tokenizer), peak ``torch.cuda.max_memory_allocated`` against
-  ``grpo_magic.memory.estimate`` term by term;
+  ``grpo_magic.config.memory.estimate`` term by term;
 - ``t4_fp16_lora``: the T4 path (fp16 forced, bf16 off) with LoRA, the loss finite;
 - ``multi_turn_workers``: HotelEnv's episodes continued with the generation helper on TRL's own generation
   (no vLLM), ``rl_env_workers 4``, how many episodes went past one turn;
@@ -125,7 +125,7 @@ def run_case(case: str, model: str, work: Path, dry: bool, cuda: bool, steps: in
     import torch
 
     from grpo_magic import train
-    from grpo_magic.memory import estimate
+    from grpo_magic.config.memory import estimate
 
     env = _smoke_env()
     env.turns.clear()

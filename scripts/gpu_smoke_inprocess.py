@@ -18,10 +18,10 @@ import weakref
 import torch
 import torch.distributed as dist
 
-import grpo_magic.trainer as trainer_module
+import grpo_magic.training.trainer as trainer_module
 from grpo_magic import GRPOParams, train
-from grpo_magic.device import choose_precision, cuda_capability, vllm_dtype
-from grpo_magic.distributed import TRL_ENV_VARS
+from grpo_magic.runtime.device import choose_precision, cuda_capability, vllm_dtype
+from grpo_magic.runtime.distributed import TRL_ENV_VARS
 
 MODEL_CONTEXT = 32768  # the smoke model's max_position_embeddings (Qwen2.5-0.5B's)
 MEMORY_SLACK = 256 * 2**20  # what may stay allocated after a run (CUDA's own, cuBLAS workspaces)
@@ -83,7 +83,7 @@ def main(model: str, steps: int) -> int:
         after = torch.cuda.memory_allocated()
         if n == 1:  # the "will it fit" estimate against the real peak (a figure for the notes, not a check)
             try:
-                from grpo_magic.memory import estimate
+                from grpo_magic.config.memory import estimate
 
                 est = estimate(params, model, card=None)
                 terms = {k: v for k, v in est.terms.items() if k != "vLLM share"}

@@ -70,7 +70,7 @@ def tiny_path() -> str:
 @pytest.fixture(autouse=True)
 def _clean_registry():
     """Each test starts with no registered envs and no active run."""
-    from grpo_magic import env as env_module
+    from grpo_magic.environment import env as env_module
 
     saved = dict(env_module._REGISTRY)
     env_module._REGISTRY.clear()
@@ -133,12 +133,12 @@ class CliResult:
 
 @pytest.fixture
 def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    """``grpo-magic ARGS`` run in this process (``grpo_magic.cli.main``) from a folder, for the tests where the
+    """``grpo-magic ARGS`` run in this process (``grpo_magic.frontends.cli.main``) from a folder, for the tests where the
     process boundary is not what they prove: torch and TRL are imported once for the session instead of once a
     command. The folder's modules (an env the command imports from its working folder) are forgotten after."""
 
     def call(args: list[str], cwd: str | Path | None = None) -> CliResult:
-        from grpo_magic.cli import main
+        from grpo_magic.frontends.cli import main
 
         monkeypatch.setattr(sys, "path", list(sys.path))  # the CLI puts its working folder on the path
         if cwd is not None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_magic.agent import AgentEpisode, agent_spec, episode_class, tool_calls_of, transcript
+from grpo_magic.environment.agent import AgentEpisode, agent_spec, episode_class, tool_calls_of, transcript
 from grpo_magic.events import GroupScored, RunLog, RunStarted, StepLogged, read_run_log
 from tests.agent_cells import CELLS
 
@@ -95,7 +95,7 @@ def test_without_get_tools_every_public_method_is_a_tool() -> None:
 
 
 def test_transcript_marks_failed_and_unknown_tools() -> None:
-    from grpo_magic.agent import ToolCall
+    from grpo_magic.environment.agent import ToolCall
 
     out = transcript(TURNS, [ToolCall("get_weather", {"city": "Paris"})])
     assert [t["role"] for t in out] == ["assistant", "tool", "tool", "assistant"]
@@ -139,7 +139,7 @@ def test_transcripts_round_trip_through_the_run_log_and_replay(tmp_path: Path) -
 
 
 def test_terminal_summary_counts_tool_calls() -> None:
-    from grpo_magic.progress import TerminalProgress
+    from grpo_magic.frontends.progress import TerminalProgress
 
     out = io.StringIO()
     progress = TerminalProgress(stream=out, summary_every=1)
@@ -241,10 +241,10 @@ def test_tool_results_are_masked_out_of_trls_loss_and_later_turns_are_trained(tm
 
     from envs.weather_agent import WeatherAgentEnv
     from grpo_magic import GRPOParams
-    from grpo_magic.env import EnvSpec, prepare_env
+    from grpo_magic.environment.env import EnvSpec, prepare_env
+    from grpo_magic.environment.reward import EnvReward
     from grpo_magic.models import load_model, load_tokenizer, resolve_model
-    from grpo_magic.reward import EnvReward
-    from grpo_magic.trainer import build_trainer
+    from grpo_magic.training.trainer import build_trainer
 
     path = resolve_model("tiny-agent")
     tokenizer = load_tokenizer(path)
@@ -299,7 +299,7 @@ def test_check_reports_the_tool_use_of_an_agent_env(shell) -> None:
     shell.run_cell_magic("grpo_env", "", CELLS["WeighParcel"])  # a tool named from words tiny-agent never saw
     # 8 prompts, as the must-show's test (test_tool_calls.py): how often a build closes its call depends on the
     # value (v2.1 here: p(</tool_call>) after the call's ``}}`` 0.17 to 1.0 over eight values), and the first
-    # four prompts alone ran 6 calls of 16 on one build (bench/RESULTS-agent.md, "v2.1")
+    # four prompts alone ran 6 calls of 16 on one build (research/tiny_agent/RESULTS-agent.md, "v2.1")
     report = shell.run_line_magic("grpo_check", "WeighParcel --model tiny-agent --samples 8 "
                                                 "--rl-num-generations 4 --rl-max-new-tokens 64")
     agent = report.agent
@@ -338,7 +338,7 @@ def test_an_agent_check_is_refused_while_a_run_trains_before_the_model_loads(mon
     from envs.weather_agent import WeatherAgentEnv
     from grpo_magic import GRPOMagicError, check_env
     from grpo_magic import models as models_module
-    from grpo_magic import run as run_module
+    from grpo_magic.training import run as run_module
 
     class Busy:  # stands for a run training in this process
         done, env_name, step = False, "OtherEnv", 3

@@ -1,21 +1,29 @@
-"""The rooms of docs/architecture.md hold: who imports whom, no cycles, small modules, no outside docs."""
+"""docs/architecture.md holds: the layer rules (import-linter), no cycles, TRL in one room, no outside docs."""
 
 from __future__ import annotations
 
 import ast
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "grpo_magic"
 DOC = REPO / "docs" / "architecture.md"
-MAX_LINES = 600
 
 
 def _modules() -> dict[str, Path]:
-    """Dotted name below grpo_magic (``run``, ``dashboard.state``, ``models``) -> file."""
+    """Dotted name below grpo_magic (``training.run``, ``dashboard.state``, ``models``) -> file."""
     found = {}
     for path in PACKAGE.rglob("*.py"):
         parts = path.relative_to(PACKAGE).with_suffix("").parts
@@ -26,73 +34,44 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def _room(name: str, rooms: dict[str, set[str]]) -> str:
-    """The room a module belongs to: itself, or its package's (``models.tiny`` is in ``models``)."""
-    while name not in rooms and "." in name:
-        name = name.rsplit(".", 1)[0]
-    return name
+def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    """import-linter's contracts of ``root``'s pyproject.toml over the package in ``root`` (a fresh process: the
+    import graph is built from the files there, not from what this process imported)."""
+    code = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=True, no_logo=True))"
+    return subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(root)})
 
 
-def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The package modules ``name`` imports, at the top or inside functions."""
-    is_package = path.name == "__init__.py"
-    here = name.split(".") if is_package else name.split(".")[:-1]
-    out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        targets: list[str] = []
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = here[: len(here) - (node.level - 1)] if node.level > 1 else here
-                module = ".".join([*base, *([node.module] if node.module else [])])
-            elif node.module and node.module.startswith("grpo_magic"):
-                module = node.module.removeprefix("grpo_magic").lstrip(".")
-            else:
-                continue
-            for alias in node.names:
-                sub = f"{module}.{alias.name}" if module else alias.name
-                targets.append(sub if sub in modules else module)
-        elif isinstance(node, ast.Import):
-            targets = [a.name.removeprefix("grpo_magic.") for a in node.names if a.name.startswith("grpo_magic.")]
-        out.update(t for t in targets if t in modules and t != name)
-    return out
+def _layers() -> list[str]:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    return next(c["layers"] for c in config["contracts"] if c["type"] == "layers")
 
 
-def _rooms_table() -> dict[str, set[str]]:
-    text = DOC.read_text(encoding="utf-8")
-    section = text.split("## Rooms", 1)[1].split("\n## ", 1)[0]
-    rooms: dict[str, set[str]] = {}
-    for line in section.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 3 and cells[0].startswith("`"):
-            allowed = {a.strip() for a in cells[2].split(",") if a.strip() not in ("", "–")}
-            rooms[cells[0].strip("`")] = allowed
-    return rooms
+def test_the_layer_rules_hold() -> None:
+    """docs/architecture.md, "Layers": import-linter's contracts in pyproject.toml are kept."""
+    done = _lint_imports(REPO)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "0 broken" in done.stdout
 
 
-def _allowed(importer_room: str, target: str, rooms: dict[str, set[str]]) -> bool:
-    target_room = _room(target, rooms)
-    if target_room == importer_room or target.startswith(importer_room + "."):
-        return True  # a package's own modules
-    allowed = rooms[importer_room]
-    return any(target_room == a or (a.endswith(".*") and target_room.startswith(a[:-1])) for a in allowed)
+def test_a_planted_import_against_the_flow_breaks_the_layer_rules(tmp_path: Path) -> None:
+    """The check can fail: an environment module importing the magics (a layer above it) is named."""
+    shutil.copytree(PACKAGE, tmp_path / "grpo_magic", ignore=shutil.ignore_patterns("__pycache__", "weights"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "grpo_magic" / "environment" / "planted.py").write_text("from grpo_magic.frontends import magics\n")
+    done = _lint_imports(tmp_path)
+    assert done.returncode != 0
+    assert "grpo_magic.environment.planted -> grpo_magic.frontends.magics" in done.stdout
 
 
-def test_every_module_is_a_room_of_the_architecture() -> None:
-    rooms = _rooms_table()
-    missing = sorted({_room(m, rooms) for m in _modules()} - set(rooms))
-    assert not missing, f"modules not in docs/architecture.md's Rooms table: {missing}"
-
-
-def test_modules_import_only_what_their_room_allows() -> None:
-    rooms = _rooms_table()
-    modules = _modules()
-    wrong = [
-        f"{name} imports {target}"
-        for name, path in modules.items()
-        for target in sorted(_imports(name, path, modules))
-        if not _allowed(_room(name, rooms), target, rooms)
-    ]
-    assert not wrong, wrong
+def test_every_package_folder_is_a_layer_and_the_docs_list_them() -> None:
+    """Each folder of the package and each top-level module is in one layer, and docs/architecture.md's
+    "Layers" section names each."""
+    layers = [name.strip() for row in _layers() for name in row.split("|")]
+    tops = {name.split(".")[0] for name in _modules()}
+    assert tops - set(layers) == set(), f"not in any layer of pyproject.toml: {sorted(tops - set(layers))}"
+    section = DOC.read_text(encoding="utf-8").split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
+    assert [n for n in layers if f"`{n}`" not in section] == []
 
 
 def test_no_import_cycle() -> None:
@@ -119,10 +98,28 @@ def test_no_import_cycle() -> None:
     assert not cycle, " -> ".join(cycle)
 
 
-@pytest.mark.parametrize("name", sorted(_modules()))
-def test_modules_stay_small(name: str) -> None:
-    lines = len(_modules()[name].read_text(encoding="utf-8").splitlines())
-    assert lines <= MAX_LINES, f"{name} has {lines} lines; split it by job (docs/architecture.md, Rooms)"
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package modules ``name`` imports, at the top or inside functions."""
+    is_package = path.name == "__init__.py"
+    here = name.split(".") if is_package else name.split(".")[:-1]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        targets: list[str] = []
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - (node.level - 1)] if node.level > 1 else here
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            elif node.module and node.module.startswith("grpo_magic"):
+                module = node.module.removeprefix("grpo_magic").lstrip(".")
+            else:
+                continue
+            for alias in node.names:
+                sub = f"{module}.{alias.name}" if module else alias.name
+                targets.append(sub if sub in modules else module)
+        elif isinstance(node, ast.Import):
+            targets = [a.name.removeprefix("grpo_magic.") for a in node.names if a.name.startswith("grpo_magic.")]
+        out.update(t for t in targets if t in modules and t != name)
+    return out
 
 
 def test_code_cites_only_documents_of_the_repository() -> None:
@@ -151,14 +148,18 @@ def test_readme_how_it_works_is_the_flow_of_the_architecture() -> None:
 
 
 def _trl_touches(tree: ast.AST) -> list[str]:
-    """What a module does with TRL beyond its public API: imports of TRL's modules (``trl.x``) or of names
-    ``trl`` does not export, attributes and strings naming a private TRL member, the reward keyword list."""
+    """What a module does with TRL or accelerate beyond their public API: imports of TRL's modules (``trl.x``) or
+    of names ``trl`` does not export, a private attribute of anything imported from ``trl`` or ``accelerate``,
+    attributes and strings naming a private TRL member or one TRL attribute we touch, the reward keyword list."""
     import trl
 
     from grpo_magic import trl_compat
 
     private = {name for _, name, _, _ in trl_compat.TRL_INTERNALS if name.startswith("_") and not name.endswith("__")}
+    private |= {name for _, name, _ in trl_compat.ACCELERATE_INTERNALS}
     attributes = private | set(trl_compat.TRL_ATTRIBUTES)
+    imported = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and not node.level
+                and node.module and node.module.split(".")[0] in ("trl", "accelerate") for a in node.names}
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and not node.level and node.module and node.module.split(".")[0] == "trl":
@@ -169,12 +170,19 @@ def _trl_touches(tree: ast.AST) -> list[str]:
             found += [f"imports {a.name}" for a in node.names if a.name.startswith("trl.")]
         elif isinstance(node, ast.Attribute) and node.attr in attributes:
             found.append(f"reads .{node.attr}")
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in imported
+              and node.attr.startswith("_") and not node.attr.endswith("__")):
+            found.append(f"reads the private {node.value.id}.{node.attr}")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in attributes:
             found.append(f"names {node.value!r}")
-        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-            names = {e.value for e in node.elts if isinstance(e, ast.Constant)} & set(trl_compat.REWARD_KWARGS)
-            if len(names) > 1:
-                found.append(f"lists TRL's reward keyword arguments {sorted(names)} (use trl_compat.REWARD_KWARGS)")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "filterwarnings"
+              and any(k.arg == "message" for k in node.keywords)):
+            found.append("filters a library warning by its wording (trl_compat.SETTING_WARNINGS)")
+        elif (isinstance(node, ast.Call) and any(k.arg in ("trainer_state", "log_metric") for k in node.keywords)):
+            found.append("calls a reward function as TRL does (trl_compat.call_reward)")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "getmembers"
+              and any(isinstance(a, ast.Attribute) and a.attr == "isfunction" for a in [*node.args, *(k.value for k in node.keywords)])):
+            found.append("lists an env's methods as TRL does (trl_compat.environment_tool_names)")
         elif (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
               and node.slice.value in trl_compat.BATCH_KEYS and node.slice.value != "completion_ids"):
             found.append(f"reads TRL's batch key {node.slice.value!r}")
@@ -188,6 +196,19 @@ def test_trl_internals_are_touched_in_trl_compat_only() -> None:
              for touch in _trl_touches(ast.parse(path.read_text(encoding="utf-8")))]
     assert not wrong, wrong
     assert _trl_touches(ast.parse(modules["trl_compat"].read_text(encoding="utf-8")))  # the test sees touches
+
+
+@pytest.mark.parametrize("planted", [
+    "from accelerate.state import PartialState\nready = bool(PartialState._shared_state)\n",
+    "from trl import GRPOTrainer\nGRPOTrainer._generate_and_score_completions(None, [])\n",
+    "def done(trainer):\n    trainer.store_flos = lambda: None\n",
+    "import warnings\nwarnings.filterwarnings('ignore', message='.*pin_memory.*')\n",
+    "def check(reward):\n    return reward.score(prompts=[], completions=[], trainer_state=None, log_metric=None)\n",
+    "import inspect\ntools = [n for n, _ in inspect.getmembers(object, predicate=inspect.isfunction)]\n",
+    "from trl.trainer.grpo_trainer import GRPOTrainer\n",
+])
+def test_a_planted_touch_of_trl_outside_the_room_is_found(planted: str) -> None:
+    assert _trl_touches(ast.parse(planted))
 
 
 def test_the_architecture_lists_every_trl_touch() -> None:

@@ -17,8 +17,8 @@ from IPython.core.error import UsageError
 import grpo_magic
 from grpo_magic import GRPOMagicError, GRPOParams
 from grpo_magic import models as models_module
-from grpo_magic import run as run_module
-from grpo_magic.cli import main
+from grpo_magic.frontends.cli import main
+from grpo_magic.training import run as run_module
 from tests.bad_inputs import ROWS, BadInput, cli_flags
 
 BASE = dict(model="tiny", rl_env_module="envs.letters", rl_env_class="LettersEnv", max_steps=1, batch_size=4,

@@ -13,7 +13,7 @@ from datasets import Dataset
 
 from envs.letters import LettersEnv
 from grpo_magic import GRPOMagicError, GRPOParams, check_env, register_env
-from grpo_magic.check import REFUSAL, CheckReport
+from grpo_magic.analysis.check import REFUSAL, CheckReport
 
 FAST = dict(samples=3, num_generations=4, max_new_tokens=8)
 PROMPTS = ["Say something:", "Tell me a story:", "Name a fruit:", "Count to three:", "Describe the sea:"]
@@ -200,7 +200,7 @@ def test_a_registered_env_by_name_and_an_env_from_params():
     (LettersEnv, {"params": GRPOParams(model="tiny", rl_env_config='{"colour": 1}')}, "does not accept 'colour'"),
 ])
 def test_bad_input_raises_one_clear_error_before_the_model_loads(env, kwargs, words, monkeypatch):
-    import grpo_magic.check as check
+    import grpo_magic.analysis.check as check
 
     def no_load(*args, **kw):  # a guard that proves the order, not a stand-in for the model
         raise AssertionError("the model loaded before the input was checked")
@@ -211,6 +211,6 @@ def test_bad_input_raises_one_clear_error_before_the_model_loads(env, kwargs, wo
 
 
 def test_importing_the_check_stays_light():
-    code = "import sys, grpo_magic, grpo_magic.check; print(sorted({'torch', 'transformers', 'trl'} & set(sys.modules)))"
+    code = "import sys, grpo_magic, grpo_magic.analysis.check; print(sorted({'torch', 'transformers', 'trl'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -1,6 +1,6 @@
 """Colab installs that keep the runtime's GPU stack, and the prepared GPU check's CPU dry run.
 
-The install decision (grpo_magic/colab.py) is fed stand-in ``nvidia-smi`` answers of Colab's runtimes; the dry-run
+The install decision (grpo_magic/frontends/colab.py) is fed stand-in ``nvidia-smi`` answers of Colab's runtimes; the dry-run
 install test asks pip, against PyPI, what ``pip install "<repo>[notebook]"`` would install into a fresh venv that
 already holds torch (tier ``process``: it starts pip and needs the network).
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_magic import colab
+from grpo_magic.frontends import colab
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "notebooks" / "03_hotel_agent.ipynb"
@@ -82,7 +82,7 @@ def test_kept_stack_holds_the_installed_torch() -> None:
 
 def test_colab_uses_the_standard_library_only() -> None:
     """The notebook loads colab.py by path before the package (or its dependencies) is installed."""
-    tree = ast.parse((REPO / "grpo_magic" / "colab.py").read_text(encoding="utf-8"))
+    tree = ast.parse((REPO / "grpo_magic" / "frontends" / "colab.py").read_text(encoding="utf-8"))
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert imported - {"__future__"} <= set(sys.stdlib_module_names), imported
@@ -125,7 +125,7 @@ def test_the_notebook_install_keeps_an_installed_torch(tmp_path: Path) -> None:
     replaced = sorted(n for n in names if n == "torch" or n.startswith(("nvidia-", "cuda-", "triton")))
     assert not replaced, f"the notebook install would replace the runtime's GPU stack: {replaced}"
     kept = subprocess.run([python, "-c", "import importlib.util, sys; s = importlib.util.spec_from_file_location("
-                           f"'c', {str(REPO / 'grpo_magic' / 'colab.py')!r}); m = sys.modules['c'] = "
+                           f"'c', {str(REPO / 'grpo_magic' / 'frontends' / 'colab.py')!r}); m = sys.modules['c'] = "
                            "importlib.util.module_from_spec(s); s.loader.exec_module(m); print(m.kept_stack())"],
                           check=True, capture_output=True, text=True).stdout
     assert "torch==2.13.0" in kept

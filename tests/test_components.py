@@ -13,8 +13,8 @@ import pytest
 import grpo_magic
 from grpo_magic import read_run_log
 from grpo_magic.dashboard.html import group_card_html
+from grpo_magic.environment.scores import normalize_score
 from grpo_magic.events import GroupScored, StepLogged
-from grpo_magic.scores import normalize_score
 
 COMPONENTS_CELL = '''
 from datasets import Dataset

@@ -1,4 +1,4 @@
-"""The copy circuit set by hand (models/copy_circuit.py): untrained, it already copies held-out names and values.
+"""The copy circuit set by hand (research/tiny_agent/copy_circuit.py): untrained, it already copies held-out names and values.
 
 Each case is a prompt with one of tests/agent_cells.py's held-out-name tools and a request in the corpus's
 phrasing, then the start of a call; greedy decoding of the *untrained* circuit must continue it with the
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from grpo_magic.models import tool_corpus
+from research.tiny_agent import tool_corpus
 
 TOOLS = {
     "weigh_parcel": [("grams", "integer", None)],
@@ -47,8 +47,8 @@ def _prompt(tokenizer, tool: str, request: str) -> str:
 def circuit():
     from transformers import AutoTokenizer
 
-    from grpo_magic.models.copy_circuit import fresh_model
     from grpo_magic.models.tiny import tiny_model_path
+    from research.tiny_agent.copy_circuit import fresh_model
 
     return fresh_model(0).eval(), AutoTokenizer.from_pretrained(str(tiny_model_path()))
 
@@ -158,7 +158,7 @@ def test_a_request_in_another_phrasing_gives_the_value_heads_nothing_to_copy(cir
 
 
 def test_the_frozen_start_trains_only_the_layers_after_the_circuit() -> None:
-    from grpo_magic.models.copy_circuit import SIZES, fresh_model
+    from research.tiny_agent.copy_circuit import SIZES, fresh_model
 
     model = fresh_model(0, freeze=True)
     trained = {name.split(".")[2] if name.startswith("model.layers.") else name.split(".")[1]
@@ -227,7 +227,7 @@ def test_a_request_that_quotes_no_tool_leaves_the_name_to_the_schemas(circuit) -
     assert _first_name(model, tokenizer, messages, [schema]) == "we"
 
 
-# ---------------------------------------------------------------- the chain heads (models/chain_heads.py)
+# ---------------------------------------------------------------- the chain heads (research/tiny_agent/chain_heads.py)
 
 CHAIN_SCHEMAS = [("guess_secret", "Guess the secret.", [("pet", "string", None)]),
                  ("encode_grade", "Encode the grade.", [("factor", "integer", None)])]
@@ -237,8 +237,8 @@ CHAIN_SCHEMAS = [("guess_secret", "Guess the secret.", [("pet", "string", None)]
 def chain_circuit():
     from transformers import AutoTokenizer
 
-    from grpo_magic.models.chain_heads import fresh_model
     from grpo_magic.models.tiny import tiny_model_path
+    from research.tiny_agent.chain_heads import fresh_model
 
     return fresh_model(0).eval(), AutoTokenizer.from_pretrained(str(tiny_model_path()))
 
@@ -313,10 +313,10 @@ def test_without_the_chain_heads_the_circuit_is_the_four_head_one() -> None:
     the same codes as the chain circuit (whose extra heads would otherwise change the random draw they come from)."""
     from transformers import AutoTokenizer
 
-    from grpo_magic.models import chain_heads
-    from grpo_magic.models.chain_heads import CHAIN_HEADS, DIGIT
-    from grpo_magic.models.copy_circuit import CODE, SIZES, fresh_model
     from grpo_magic.models.tiny import tiny_model_path
+    from research.tiny_agent import chain_heads
+    from research.tiny_agent.chain_heads import CHAIN_HEADS, DIGIT
+    from research.tiny_agent.copy_circuit import CODE, SIZES, fresh_model
 
     plain, chained = fresh_model(0), chain_heads.fresh_model(0)
     assert plain.config.num_attention_heads == SIZES["num_attention_heads"] == 4

@@ -28,7 +28,7 @@ from grpo_magic.events import (  # noqa: E402
     StatusChanged,
     StepLogged,
 )
-from grpo_magic.progress import TerminalProgress, progress_bar, shorten  # noqa: E402
+from grpo_magic.frontends.progress import TerminalProgress, progress_bar, shorten  # noqa: E402
 
 PNG = b"\x89PNG"
 T0 = 1_000.0
@@ -511,7 +511,7 @@ def test_displays_as_a_widget() -> None:
 
 def test_module_import_is_light() -> None:
     code = (
-        "import sys, grpo_magic.dashboard, grpo_magic.progress\n"
+        "import sys, grpo_magic.dashboard, grpo_magic.frontends.progress\n"
         "print(sorted(m for m in ('ipywidgets', 'matplotlib', 'torch') if m in sys.modules))"
     )
     out = subprocess.run(

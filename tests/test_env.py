@@ -8,7 +8,7 @@ import pytest
 from datasets import Dataset
 
 from grpo_magic import GRPOMagicError, GRPOParams, register_env
-from grpo_magic.env import (
+from grpo_magic.environment.env import (
     ENV_PROMPT_COLUMN,
     get_env,
     load_module_env,

@@ -170,7 +170,7 @@ def test_perfect_episode_scores_one(tok: Any, difficulty: str) -> None:
 
 
 def test_score_episode_returns_the_rubric_breakdown_as_components(tok: Any) -> None:
-    from grpo_magic.scores import normalize_score
+    from grpo_magic.environment.scores import normalize_score
 
     env = HotelEnv()
     idx = 3

@@ -8,7 +8,7 @@ import pytest
 
 from envs.hotel_agent import HotelAgentEnv
 from envs.hotel_env import RUBRIC
-from grpo_magic.agent import agent_spec
+from grpo_magic.environment.agent import agent_spec
 
 
 def _episode(difficulty: str = "easy"):

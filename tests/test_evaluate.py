@@ -17,10 +17,10 @@ from IPython.core.error import UsageError
 
 import grpo_magic
 from grpo_magic import GRPOMagicError, GRPOParams
-from grpo_magic.cli import main
-from grpo_magic.env import EnvSpec, prepare_env, split_eval
-from grpo_magic.evaluation import bootstrap_interval, pass_at_k, summarize
+from grpo_magic.analysis.evaluation import bootstrap_interval, pass_at_k, summarize
+from grpo_magic.environment.env import EnvSpec, prepare_env, split_eval
 from grpo_magic.events import EvalScored, GroupScored, event_from_dict, event_to_json, read_run_log
+from grpo_magic.frontends.cli import main
 
 ENV_SOURCE = '''
 from datasets import Dataset
@@ -103,7 +103,7 @@ def test_summary_on_hand_checkable_rows_and_a_seeded_bootstrap():
 
 
 def test_the_report_escapes_what_envs_and_models_wrote():
-    from grpo_magic.evaluation import EvalReport
+    from grpo_magic.analysis.evaluation import EvalReport
 
     rows = [
         {
@@ -138,7 +138,7 @@ def test_eval_scored_goes_through_the_run_log_as_data():
     assert back == event
     import io
 
-    from grpo_magic.progress import TerminalProgress
+    from grpo_magic.frontends.progress import TerminalProgress
 
     out = io.StringIO()
     TerminalProgress(stream=out)(event)  # the CLI's progress prints each evaluation as one line

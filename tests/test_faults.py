@@ -30,7 +30,7 @@ from transformers import TrainerCallback
 from envs.letters import LettersEnv
 from grpo_magic import GRPOMagicError, GRPOParams, last_run, read_run_log, train
 from grpo_magic.events import EpisodeError, GroupScored, RunFinished, StepLogged
-from grpo_magic.trainer import trainer_class
+from grpo_magic.training.trainer import trainer_class
 
 FAST = dict(model="tiny", batch_size=8, rl_num_generations=4, rl_max_new_tokens=8, seed=0, lr=1e-3)
 

@@ -15,12 +15,12 @@ from IPython.core.error import UsageError
 import grpo_magic
 from envs.letters import LettersEnv
 from grpo_magic import GRPOMagicError, GRPOParams, check_env
-from grpo_magic.check import REFUSAL
-from grpo_magic.cli import build_parser, main
+from grpo_magic.analysis.check import REFUSAL
 from grpo_magic.events import EpisodeError, GroupScored, RunStarted, StepLogged, event_to_json
-from grpo_magic.magic_args import train_parser
-from grpo_magic.resume import checkpoint_to_resume
-from grpo_magic.run import MAX_ERRORS_IN_MEMORY, MAX_GROUPS_IN_MEMORY, GRPORun
+from grpo_magic.frontends.cli import build_parser, main
+from grpo_magic.frontends.magic_args import train_parser
+from grpo_magic.training.resume import checkpoint_to_resume
+from grpo_magic.training.run import MAX_ERRORS_IN_MEMORY, MAX_GROUPS_IN_MEMORY, GRPORun
 
 ENV_CELL = '''
 from datasets import Dataset
@@ -227,7 +227,7 @@ def test_export_writes_the_last_started_run_or_the_form_when_asked_never_a_refus
         started.append(run)
         return run
 
-    monkeypatch.setattr("grpo_magic.magics.train", fake_train)
+    monkeypatch.setattr("grpo_magic.frontends.magics.train", fake_train)
     shell.run_cell_magic("grpo_env", "", ENV_CELL)
     with pytest.raises(UsageError, match="--from-form exports the form's values"):
         shell.run_line_magic("grpo_export", "CountEnv --to none.py --from-form")
@@ -317,7 +317,7 @@ def test_the_env_summary_form_and_dashboard_have_a_text_form(shell, capsys, in_t
 def test_terminal_progress_escapes_control_characters_of_completions():
     import io
 
-    from grpo_magic.progress import TerminalProgress
+    from grpo_magic.frontends.progress import TerminalProgress
 
     out = io.StringIO()
     progress = TerminalProgress(stream=out, summary_every=1)

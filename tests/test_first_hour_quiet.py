@@ -62,7 +62,7 @@ def test_tied_head_missing_on_resume_is_silenced_only_for_a_tied_model(tiny_path
 def test_build_trainer_installs_the_quiet_filters_and_ignores_trls_experimental_warning():
     import inspect
 
-    from grpo_magic import trainer
+    from grpo_magic.training import trainer
 
     source = inspect.getsource(trainer.build_trainer)
     assert "quiet_library_logs(model)" in source
@@ -261,7 +261,7 @@ def _models_made_by(make) -> tuple[int, object]:
 
 def test_the_form_is_a_few_dozen_models_until_all_trl_settings_is_opened():
     from grpo_magic import GRPOParams
-    from grpo_magic.form import TrainForm
+    from grpo_magic.frontends.form import TrainForm
 
     count, form = _models_made_by(lambda: TrainForm(GRPOParams(model="tiny", scale_rewards="none"), None))
     assert count < 100, count  # was 1,554: every TRL setting's widgets, layouts and styles

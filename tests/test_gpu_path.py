@@ -23,12 +23,13 @@ import torch
 from transformers import TrainerCallback
 
 from envs.letters import LettersEnv
-from grpo_magic import GRPOMagicError, GRPOParams, device, train
-from grpo_magic.cli import main
-from grpo_magic.distributed import TRL_ENV_VARS, inside_launch, world_size
-from grpo_magic.episodes import EpisodeRunner
-from grpo_magic.release import oom_hint as _oom_hint
-from grpo_magic.run import last_run
+from grpo_magic import GRPOMagicError, GRPOParams, train
+from grpo_magic.environment.episodes import EpisodeRunner
+from grpo_magic.frontends.cli import main
+from grpo_magic.runtime import device
+from grpo_magic.runtime.distributed import TRL_ENV_VARS, inside_launch, world_size
+from grpo_magic.runtime.release import oom_hint as _oom_hint
+from grpo_magic.training.run import last_run
 
 REPO = Path(__file__).resolve().parents[1]
 T4, A100 = (7, 5), (8, 0)
@@ -219,8 +220,8 @@ def test_a_mixture_of_experts_model_may_use_data_parallelism(capsys, monkeypatch
 
 
 def test_vllm_max_model_length_is_the_longest_prompt_plus_the_completion(tiny_path, in_tmp):
-    from grpo_magic.preflight import prepare
-    from grpo_magic.run import run_config_overrides
+    from grpo_magic.training.preflight import prepare
+    from grpo_magic.training.run import run_config_overrides
 
     params, prepared, model_path, tokenizer = prepare(
         GRPOParams(**FAST, use_vllm=False, rl_env_module="envs.letters", rl_env_class="LettersEnv")
@@ -243,7 +244,7 @@ def test_chat_prompts_count_their_template_and_tools(tiny_path):
     from datasets import Dataset
 
     from grpo_magic.models import load_tokenizer
-    from grpo_magic.preflight import longest_prompt_tokens
+    from grpo_magic.training.preflight import longest_prompt_tokens
 
     tokenizer = load_tokenizer("tiny-agent")
     messages = [{"role": "user", "content": "Book a room for two nights."}]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from grpo_magic import GRPOMagicError, GRPOParams
-from grpo_magic import trl_settings as ts
+from grpo_magic.config import trl_settings as ts
 
 # ---------------------------------------------------------------- 1. checkpointing: the installed transformers' names
 
@@ -56,7 +56,7 @@ def test_both_checkpointing_names_set_gradient_checkpointing_on_transformers_5_1
     assert (explicit, trl) == ({}, {"gradient_checkpointing": False})
     with pytest.raises(GRPOMagicError, match="same setting .*activation_checkpointing is its new name"):
         ts.route({"gradient_checkpointing": True, "activation_checkpointing": False}, names, GRPOParams.flag)
-    from grpo_magic.cli import build_parser, params_from_namespace
+    from grpo_magic.frontends.cli import build_parser, params_from_namespace
 
     args = build_parser().parse_args(["train", "--model", "tiny", f"--no-{given.replace('_', '-')}"])
     assert params_from_namespace(args).trl_settings == {"gradient_checkpointing": False}
@@ -64,7 +64,7 @@ def test_both_checkpointing_names_set_gradient_checkpointing_on_transformers_5_1
 
 @pytest.mark.parametrize("given", ["gradient_checkpointing", "activation_checkpointing"])
 def test_both_checkpointing_flags_reach_the_installed_grpo_config(given):
-    from grpo_magic.cli import build_parser, params_from_namespace
+    from grpo_magic.frontends.cli import build_parser, params_from_namespace
 
     setting = "activation_checkpointing" if "activation_checkpointing" in ts.settings() else "gradient_checkpointing"
     args = build_parser().parse_args(["train", "--model", "tiny", f"--no-{given.replace('_', '-')}"])
@@ -79,7 +79,7 @@ def test_both_checkpointing_flags_reach_the_installed_grpo_config(given):
 
 
 def test_load_in_4bit_with_use_vllm_is_refused_in_one_sentence(capsys, monkeypatch):
-    from grpo_magic.cli import main
+    from grpo_magic.frontends.cli import main
 
     with pytest.raises(GRPOMagicError, match=r"cannot be used with --use-vllm.*drop --use-vllm") as caught:
         GRPOParams(model="tiny", peft=True, load_in_4bit=True, use_vllm=True).validate()
@@ -116,7 +116,7 @@ def from_pretrained(monkeypatch):
 def test_model_init_kwargs_is_a_setting_that_reaches_from_pretrained(from_pretrained):
     import torch
 
-    from grpo_magic.cli import build_parser, params_from_namespace
+    from grpo_magic.frontends.cli import build_parser, params_from_namespace
     from grpo_magic.models import load_model
 
     params = params_from_namespace(build_parser().parse_args(["train", "--model", "tiny", "--model-init-kwargs", INIT]))
@@ -140,7 +140,7 @@ def test_model_init_kwargs_is_a_setting_that_reaches_from_pretrained(from_pretra
     ('{"quantization_config": {"load_in_4bit": true}}', "use --load-in-4bit"),
 ])
 def test_a_bad_model_init_kwargs_is_one_sentence_before_any_model_loads(capsys, monkeypatch, value, words):
-    from grpo_magic.cli import main
+    from grpo_magic.frontends.cli import main
 
     with pytest.raises(GRPOMagicError, match=words) as caught:
         GRPOParams(model="tiny", model_init_kwargs=value).validate()
@@ -213,8 +213,8 @@ def test_notebook_03_s_run_fits_a_t4_because_trl_computes_the_logits_in_tiles(qw
     import trl
     from packaging.version import Version
 
-    from grpo_magic import memory
-    from grpo_magic.memory import estimate, fused_lm_head_tile
+    from grpo_magic.config import memory
+    from grpo_magic.config.memory import estimate, fused_lm_head_tile
 
     if Version(trl.__version__) >= Version("1.15"):  # the tile is TRL's own (TRL 1.14 has no fused head, nor triton)
         from trl.kernels import chunked_logprob
@@ -235,7 +235,7 @@ def test_notebook_03_s_run_fits_a_t4_because_trl_computes_the_logits_in_tiles(qw
 
 
 def test_an_older_trl_keeps_the_whole_logits_term(qwen_05b, monkeypatch):
-    from grpo_magic import memory
+    from grpo_magic.config import memory
 
     assert memory.fused_lm_head_tile("1.14.0") is None and memory.fused_lm_head_tile("1.15.0") == (4096, 32768)
     monkeypatch.setattr(memory, "fused_lm_head_tile", lambda version=None: None)
@@ -279,7 +279,7 @@ def test_bf16_rounds_away_adam_steps_below_the_floor_on_lora_s_a_matrices():
 
     import torch
 
-    from grpo_magic.preflight import bf16_lr_floor
+    from grpo_magic.training.preflight import bf16_lr_floor
 
     torch.manual_seed(0)
 
@@ -297,7 +297,7 @@ def test_bf16_rounds_away_adam_steps_below_the_floor_on_lora_s_a_matrices():
 
 def test_qlora_at_a_learning_rate_bf16_cannot_resolve_is_warned_in_one_sentence(qwen_05b, monkeypatch, caplog):
     from grpo_magic import models
-    from grpo_magic.preflight import bf16_adapter_lr_warning, prepare
+    from grpo_magic.training.preflight import bf16_adapter_lr_warning, prepare
 
     qlora = GRPOParams(model="tiny", peft=True, load_in_4bit=True)  # --lr's default, 1e-5
     words = bf16_adapter_lr_warning(qlora, qwen_05b)
@@ -306,7 +306,7 @@ def test_qlora_at_a_learning_rate_bf16_cannot_resolve_is_warned_in_one_sentence(
     assert bf16_adapter_lr_warning(qlora.replace(lr=1e-4), qwen_05b) is None
     assert bf16_adapter_lr_warning(qlora.replace(load_in_4bit=False), qwen_05b) is None  # PEFT keeps them float32
     monkeypatch.setattr(models, "four_bit_problem", lambda peft, use_vllm=False: None)  # stand in for a CUDA GPU
-    with caplog.at_level("WARNING", logger="grpo_magic.preflight"):
+    with caplog.at_level("WARNING", logger="grpo_magic.training.preflight"):
         prepare(qlora.replace(rl_env_module="envs.letters", rl_env_class="LettersEnv"))
     assert any("lr (--lr) 1e-05 is too small" in r.getMessage() for r in caplog.records)
 
@@ -340,7 +340,12 @@ class OneReplyEnv(ThreeTurnEnv):
 
 def test_vllm_s_context_holds_a_three_turn_episode_capped_by_the_model_s(tiny_path):
     from grpo_magic.models import load_tokenizer
-    from grpo_magic.preflight import TOOL_RESULT_TOKENS, episode_turns, longest_prompt_tokens, vllm_context_length
+    from grpo_magic.training.preflight import (
+        TOOL_RESULT_TOKENS,
+        episode_turns,
+        longest_prompt_tokens,
+        vllm_context_length,
+    )
 
     tokenizer = load_tokenizer("tiny")
     params = GRPOParams(model="tiny", rl_max_new_tokens=64, use_vllm=True)
@@ -391,7 +396,7 @@ def vllm_server():
 def test_the_server_generator_reads_the_context_the_server_was_started_with(vllm_server, tiny_path):
     from types import SimpleNamespace
 
-    from grpo_magic.generation import PromptTooLong, VLLMServerGenerator, served_max_model_len
+    from grpo_magic.environment.generation import PromptTooLong, VLLMServerGenerator, served_max_model_len
     from grpo_magic.models import load_tokenizer
 
     tokenizer = load_tokenizer("tiny")

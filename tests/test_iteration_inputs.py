@@ -17,7 +17,7 @@ import grpo_magic
 from envs.letters import LettersEnv
 from grpo_magic import GRPOMagicError, GRPOParams, register_env, train
 from grpo_magic import models as models_module
-from grpo_magic import run as run_module
+from grpo_magic.training import run as run_module
 from tests.bad_inputs import ITERATION_ROWS, IterationInput
 from tests.run_support import SlowLettersEnv, wait_for_step
 from tests.test_bad_inputs import FIX_WORDS, _has

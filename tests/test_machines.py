@@ -26,9 +26,9 @@ import pytest
 from IPython.core.error import UsageError
 
 from grpo_magic import read_run_log
-from grpo_magic.cli import main
 from grpo_magic.events import GroupScored, RunFinished, RunStarted, StepLogged
-from grpo_magic.resume import PROCESSES_NAME, checkpoint_processes, last_checkpoint
+from grpo_magic.frontends.cli import main
+from grpo_magic.training.resume import PROCESSES_NAME, checkpoint_processes, last_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -246,7 +246,7 @@ time.sleep(120)
 LAUNCHER = """
 import sys
 from grpo_magic import GRPOParams
-from grpo_magic.launch import Command, LaunchPlan, execute
+from grpo_magic.launch.processes import Command, LaunchPlan, execute
 plan = LaunchPlan(gpus=[], train_gpus=[], server_gpus=[], num_processes=1, launcher="torchrun",
                   train=Command("train", [sys.executable, sys.argv[1], sys.argv[2]]))
 execute(plan, GRPOParams(model="tiny", rl_env_module="envs.letters", rl_env_class="LettersEnv"))

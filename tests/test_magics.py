@@ -12,7 +12,7 @@ from IPython.core.error import UsageError
 
 import grpo_magic
 from grpo_magic import GRPOParams, registered_envs
-from grpo_magic.cli import build_parser, params_from_namespace
+from grpo_magic.frontends.cli import build_parser, params_from_namespace
 
 ENV_CELL = '''
 from datasets import Dataset
@@ -115,7 +115,8 @@ def test_form_widgets_come_from_the_metadata(shell, monkeypatch):
 
 def test_a_new_params_field_appears_in_the_form_and_the_cli(monkeypatch):
     """Declare a field once (a test subclass); the form and the CLI show it without touching them."""
-    from grpo_magic import cli, form, params
+    from grpo_magic.config import params
+    from grpo_magic.frontends import cli, form
 
     @dataclasses.dataclass
     class MoreParams(GRPOParams):

@@ -23,7 +23,7 @@ import grpo_magic
 from envs.letters import LettersEnv
 from grpo_magic import GRPOMagicError, GRPOParams, read_run_log, train
 from grpo_magic.events import RunFinished, RunLog, RunStarted, StatusChanged, StepLogged
-from grpo_magic.resume import last_checkpoint as _last_checkpoint
+from grpo_magic.training.resume import last_checkpoint as _last_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = dict(model="tiny", batch_size=8, rl_num_generations=4, rl_max_new_tokens=8, seed=0, lr=1e-3)

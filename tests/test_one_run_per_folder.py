@@ -1,6 +1,6 @@
 """One run per output folder, between processes; folders that do not collide; one build per cached model.
 
-A run holds its folder's lock (``grpo_magic.locking``, filelock) while it trains: a second run into
+A run holds its folder's lock (``grpo_magic.runtime.locking``, filelock) while it trains: a second run into
 it, from another terminal or a notebook kernel, is refused in one line that names the running one,
 and the first run's log, checkpoints and weights come out as those of a run that was alone (the
 same bytes: same seed, same steps). A run killed with SIGKILL leaves a stale lock that the next run
@@ -29,10 +29,10 @@ import grpo_magic
 from envs.letters import LettersEnv
 from grpo_magic import GRPOParams, read_run_log, train
 from grpo_magic.events import EpisodeError, RunFinished, RunStarted, StatusChanged, StepLogged
-from grpo_magic.folders import RUNS_DIR, new_run_folder
-from grpo_magic.locking import FOLDER_LOCK_NAME, Busy, ProcessLock, probe
 from grpo_magic.models import cache as models_cache
-from grpo_magic.resume import complete_checkpoint
+from grpo_magic.runtime.locking import FOLDER_LOCK_NAME, Busy, ProcessLock, probe
+from grpo_magic.training.folders import RUNS_DIR, new_run_folder
+from grpo_magic.training.resume import complete_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 HOST = socket.gethostname()
@@ -277,7 +277,7 @@ def test_a_run_killed_with_sigkill_leaves_a_stale_lock_that_the_next_run_takes_o
 HOLD_AND_FORK = """
 import os, sys, time
 from pathlib import Path
-from grpo_magic.locking import ProcessLock
+from grpo_magic.runtime.locking import ProcessLock
 ProcessLock(Path(sys.argv[1]), "a test process").acquire()
 if os.fork() == 0:  # the child keeps the lock open (the same open file) after its parent is gone
     null = os.open(os.devnull, os.O_RDWR)
@@ -373,7 +373,7 @@ def test_two_runs_in_the_same_second_get_two_folders(in_tmp):
 
 
 def test_the_cli_without_a_project_name_trains_into_grpo_run(capsys):
-    from grpo_magic.cli import main
+    from grpo_magic.frontends.cli import main
 
     assert main(["train", "--model", "tiny", "--rl-env-module", "envs.letters", "--rl-env-class", "LettersEnv",
                  "--dry-run"]) == 0

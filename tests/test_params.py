@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from grpo_magic import GRPOMagicError, GRPOParams
-from grpo_magic.cli import build_parser, main, params_from_namespace
+from grpo_magic.frontends.cli import build_parser, main, params_from_namespace
 
 BASE = dict(model="tiny", rl_env_module="envs.letters", rl_env_class="LettersEnv")
 
@@ -88,7 +88,7 @@ def test_defaults_follow_the_original_description():
 
 
 def test_every_field_has_help_and_a_form_group():
-    from grpo_magic.params import GROUPS
+    from grpo_magic.config.params import GROUPS
 
     for f in GRPOParams.fields():
         assert f.metadata.get("help"), f.name

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from envs.letters import LettersEnv
 from grpo_magic import GRPOMagicError, GRPOParams
-from grpo_magic.cli import build_parser, params_from_namespace
-from grpo_magic.reward import EnvErrorRateExceeded, EnvReward, normalize_score
+from grpo_magic.environment.reward import EnvErrorRateExceeded, EnvReward, normalize_score
+from grpo_magic.frontends.cli import build_parser, params_from_namespace
 
 # ---------------------------------------------------------------- what an env can hand back
 
@@ -266,7 +266,7 @@ def test_any_params_validate_or_raise_grpo_magic_error_and_nothing_else(values):
 def test_preparing_a_run_with_any_params_raises_only_grpo_magic_error(values, in_tmp, monkeypatch):
     """Past validation: env, model path, context, vLLM checks and the dataset, still before any model loads."""
     from grpo_magic import models
-    from grpo_magic.preflight import prepare
+    from grpo_magic.training.preflight import prepare
 
     monkeypatch.setenv("GRPO_MAGIC_VLLM_CHECK_TIMEOUT", "0.5")
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model loaded while preparing"))

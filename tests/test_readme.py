@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpo_magic.params_table import markdown_table
+from grpo_magic.config.params_table import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,6 +23,6 @@ def test_readme_starts_with_the_demo_and_the_test_command():
 
 
 def test_the_docs_recipe_table_is_the_one_recipes_generates():
-    from grpo_magic.recipes import markdown_table as recipe_table
+    from grpo_magic.config.recipes import markdown_table as recipe_table
 
     assert recipe_table() in (ROOT / "docs" / "architecture.md").read_text()

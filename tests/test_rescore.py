@@ -18,8 +18,9 @@ import pytest
 import grpo_magic
 from envs.letters import LettersEnv
 from grpo_magic import GRPOParams, read_run_log, register_env, train
+from grpo_magic.analysis.rescoring import ranks, read_logged_run
 from grpo_magic.events import GroupScored
-from grpo_magic.rescoring import ranks, read_logged_run, trl_advantages
+from grpo_magic.trl_compat import trl_advantages
 from tests.run_support import SlowLettersEnv, wait_for_step
 
 FAST = dict(model="tiny", batch_size=8, rl_num_generations=4, rl_max_new_tokens=8, seed=0)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_magic.reward import EnvErrorRateExceeded, EnvReward, normalize_score
+from grpo_magic.environment.reward import EnvErrorRateExceeded, EnvReward, normalize_score
 
 
 class Seen:

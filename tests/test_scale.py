@@ -24,17 +24,17 @@ from datasets import Dataset
 from envs.hotel_env import HotelEnv
 from envs.letters import LettersEnv
 from grpo_magic import GRPOMagicError, GRPOParams, read_run_log, train
-from grpo_magic.cli import main
-from grpo_magic.events import GroupScored, RunFinished, RunStarted, StepLogged
-from grpo_magic.generation import (
+from grpo_magic.environment.generation import (
     HFGenerator,
     PromptTooLong,
     VLLMColocateGenerator,
     VLLMServerGenerator,
 )
-from grpo_magic.launch import Command, LaunchOptions, LaunchPlan, execute, plan_launch
-from grpo_magic.rescoring import trl_advantages
-from grpo_magic.trainer import generator_for_trainer
+from grpo_magic.events import GroupScored, RunFinished, RunStarted, StepLogged
+from grpo_magic.frontends.cli import main
+from grpo_magic.launch.processes import Command, LaunchOptions, LaunchPlan, execute, plan_launch
+from grpo_magic.training.trainer import generator_for_trainer
+from grpo_magic.trl_compat import trl_advantages
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -304,7 +304,7 @@ def test_a_server_url_that_answers_passes_the_check(in_tmp, tmp_path):
     (tmp_path / "server.py").write_text(FAKE_SERVER)
     server = subprocess.Popen([sys.executable, str(tmp_path / "server.py"), str(port)], stdout=subprocess.DEVNULL)
     try:
-        from grpo_magic.preflight import check_server
+        from grpo_magic.training.preflight import check_server
 
         check_server(f"http://127.0.0.1:{port}", timeout=20)
         with pytest.raises(GRPOMagicError, match="vllm package"):  # the next check: vLLM itself is not here
@@ -475,7 +475,7 @@ def trl_vllm_trainer(tiny, reply_ids, tmp_path, monkeypatch):
     from trl.generation.vllm_client import VLLMClient
 
     from grpo_magic.models import load_model
-    from grpo_magic.trainer import trainer_class
+    from grpo_magic.training.trainer import trainer_class
 
     _, tokenizer = tiny
     # VLLMClient refuses to exist without the vllm package, though all it does is HTTP.
@@ -511,7 +511,7 @@ def test_grpo_config_with_vllm_constructs_on_this_cpu_in_both_modes():
 
 
 def test_colocate_episodes_generate_with_trl_s_engine_and_the_run_s_sampling(trl_vllm_trainer, tiny, monkeypatch):
-    from grpo_magic.trainer import vllm_engine
+    from grpo_magic.training.trainer import vllm_engine
 
     trainer, policy = trl_vllm_trainer(use_vllm=True, vllm_mode="colocate")
     llm = trainer.vllm_generation.llm  # where TRL keeps its engine
@@ -535,7 +535,7 @@ def test_colocate_episodes_generate_with_trl_s_engine_and_the_run_s_sampling(trl
 def test_server_episodes_generate_through_trl_s_vllm_client(trl_vllm_trainer, vllm_server, tiny):
     from trl.generation.vllm_client import VLLMClient
 
-    from grpo_magic.trainer import vllm_engine
+    from grpo_magic.training.trainer import vllm_engine
 
     trainer, policy = trl_vllm_trainer(use_vllm=True, vllm_mode="server", vllm_server_url=vllm_server.url)
     client = trainer.vllm_generation.vllm_client
@@ -578,14 +578,14 @@ def test_colocate_engines_that_cannot_take_one_request_leave_episodes_to_hf_gene
         trl_vllm_trainer, tiny, caplog, params, overrides, why):
     trainer, policy = trl_vllm_trainer(use_vllm=True, vllm_mode="colocate", overrides=overrides, **params)
     _, tokenizer = tiny
-    with caplog.at_level("WARNING", logger="grpo_magic.trainer"):
+    with caplog.at_level("WARNING", logger="grpo_magic.training.trainer"):
         generator = generator_for_trainer(trainer, policy, tokenizer)
     assert isinstance(generator, HFGenerator) and why in caplog.text
     assert trainer.vllm_generation.llm.requests == [] and isinstance(generator.generate("Say a: "), str)
 
 
 def test_without_vllm_episodes_generate_with_the_policy(trl_vllm_trainer, tiny):
-    from grpo_magic.trainer import vllm_engine
+    from grpo_magic.training.trainer import vllm_engine
 
     trainer, policy = trl_vllm_trainer(use_vllm=False)
     _, tokenizer = tiny
@@ -595,7 +595,7 @@ def test_without_vllm_episodes_generate_with_the_policy(trl_vllm_trainer, tiny):
 
 
 def test_a_required_generator_parameter_is_not_taken_for_a_missing_column():
-    from grpo_magic.env import check_episode_signature
+    from grpo_magic.environment.env import check_episode_signature
 
     check_episode_signature(GeneratorEnv(), ["prompt"])  # generator is ours to give: no error
 

@@ -9,7 +9,7 @@ import pytest
 from datasets import Dataset
 
 import grpo_magic
-import grpo_magic.magics
+import grpo_magic.frontends.magics
 from grpo_magic import GRPOMagicError, GRPOParams, read_run_log, train
 from grpo_magic.events import RunStarted, StepLogged
 from grpo_magic.redaction import redact
@@ -126,7 +126,7 @@ def test_exported_modules_launch_scripts_and_printed_commands_hold_no_token(shel
 def test_a_grpo_env_cell_runs_in_the_users_namespace_only(shell):
     shell.run_cell_magic("grpo_env", "", ENV_CELL)
     assert shell.user_ns["CELL_ONLY_NAME"] == 42 and "TokenEnv" in shell.user_ns
-    for module in (grpo_magic, grpo_magic.magics, grpo_magic.env):
+    for module in (grpo_magic, grpo_magic.frontends.magics, grpo_magic.environment.env):
         assert "CELL_ONLY_NAME" not in vars(module) and "TokenEnv" not in vars(module)
 
 

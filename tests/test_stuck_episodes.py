@@ -22,9 +22,9 @@ from transformers import TrainerCallback
 from envs.letters import LettersEnv
 from grpo_magic import GRPOParams, read_run_log, train
 from grpo_magic.dashboard import Dashboard, html
-from grpo_magic.episodes import EpisodeAbandoned, EpisodeRunner
+from grpo_magic.environment.episodes import EpisodeAbandoned, EpisodeRunner
 from grpo_magic.events import EpisodeError, StepLogged
-from grpo_magic.progress import TerminalProgress
+from grpo_magic.frontends.progress import TerminalProgress
 
 
 def test_an_abandoned_sync_episode_cannot_use_the_policy_and_is_counted_until_it_returns():

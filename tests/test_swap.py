@@ -17,7 +17,7 @@ import grpo_magic
 from grpo_magic import read_run_log
 from grpo_magic.dashboard.html import info_html
 from grpo_magic.events import EnvSwapped, GroupScored
-from grpo_magic.progress import TerminalProgress
+from grpo_magic.frontends.progress import TerminalProgress
 from tests.run_support import wait_for_step
 
 CELL = '''

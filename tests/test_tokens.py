@@ -20,8 +20,8 @@ import pytest
 
 import grpo_magic
 from grpo_magic import GRPOMagicError, GRPOParams, check_env
-from grpo_magic.cli import main
 from grpo_magic.events import EpisodeError
+from grpo_magic.frontends.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 ALNUM = string.ascii_letters + string.digits

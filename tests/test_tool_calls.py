@@ -1,7 +1,7 @@
 """``%grpo_check``'s account of agent episodes without a call to an offered tool, and the tool-use corpus.
 
 The envs come from tests/agent_cells.py: ``%%grpo_env`` cells whose tool and argument names the corpus
-(models/tool_corpus.py) never uses (``HELD_OUT_*``).
+(research/tiny_agent/tool_corpus.py) never uses (``HELD_OUT_*``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_magic.models import tool_corpus as tiny_agent
+from research.tiny_agent import tool_corpus as tiny_agent
 from tests.agent_cells import CELLS
 
 
@@ -92,7 +92,7 @@ def test_the_corpus_schemas_are_what_trl_derives_from_type_hints() -> None:
 def test_fits_schema_checks_types_and_enums() -> None:
     from transformers.utils import get_json_schema
 
-    from grpo_magic.agent import fits_schema
+    from grpo_magic.environment.agent import fits_schema
 
     schema = tiny_agent._schema("t", "T.", [("a", "integer", None), ("s", "enum", ["x", "y"])])
     assert fits_schema({"a": 3, "s": "x"}, schema)
@@ -142,7 +142,7 @@ def test_the_check_says_why_tiny_never_calls_a_tool(shell) -> None:
 def test_the_check_tells_why_tiny_agent_cannot_copy_one_letter_arguments(shell) -> None:
     """The issue's first try, ``add(a: int, b: int)`` asked for in free words: tiny-agent starts calls to ``add``
     that do not parse, and the check names the arguments to rename and the phrasing it copies."""
-    from grpo_magic.check_agent import uncopyable_arguments
+    from grpo_magic.analysis.check_agent import uncopyable_arguments
     from grpo_magic.models import load_tokenizer
 
     shell.run_cell_magic("grpo_env", "", CELLS["Adder"])
@@ -163,7 +163,7 @@ def test_the_check_tells_why_tiny_agent_cannot_copy_one_letter_arguments(shell) 
 def test_tiny_agent_calls_the_tools_of_envs_it_has_never_seen(shell, name: str) -> None:
     """Envs named from the held-out lists (one integer, two arguments, an enum): through ``%grpo_check``, at least
     half of the sampled episodes call the offered tool with arguments of its schema's types."""
-    from grpo_magic.agent import fits_schema, tool_names, tool_schemas
+    from grpo_magic.environment.agent import fits_schema, tool_names, tool_schemas
 
     shell.run_cell_magic("grpo_env", "", CELLS[name])
     cls = shell.user_ns[name]
@@ -245,9 +245,9 @@ def test_the_check_names_the_tools_not_offered_when_no_episode_called_an_offered
 
 def test_the_account_of_episodes_without_an_offered_call_from_their_transcripts() -> None:
     """TRL's own answers (a tool not found, a call kept as text) become the figures and the sentence."""
-    from grpo_magic.agent import ToolCall, transcript
-    from grpo_magic.check_agent import agent_stats, why_no_tool_call
+    from grpo_magic.analysis.check_agent import agent_stats, why_no_tool_call
     from grpo_magic.dashboard.html import transcript_html
+    from grpo_magic.environment.agent import ToolCall, transcript
 
     def call(name: str, **arguments):
         return {"role": "assistant", "content": "",

@@ -3,7 +3,7 @@
 What grpo_magic reads of TRL beyond its public API is read here from real batches of the installed
 TRL: the keys of what ``_generate_and_score_completions`` returns, the keyword arguments TRL passes
 a reward function, and the advantages TRL trains on, which re-scoring recomputes
-(``rescoring.trl_advantages``) for every ``scale_rewards`` x ``multi_objective_aggregation`` of the
+(``trl_compat.trl_advantages``) for every ``scale_rewards`` x ``multi_objective_aggregation`` of the
 installed ``GRPOConfig``.
 """
 
@@ -47,10 +47,10 @@ class MixedEnv(LettersEnv):
 
 
 def _trainer(tmp_path, env: Any, on_scored=None, **config: Any):
-    from grpo_magic.env import EnvSpec, prepare_env
+    from grpo_magic.environment.env import EnvSpec, prepare_env
+    from grpo_magic.environment.reward import EnvReward
     from grpo_magic.models import load_model, load_tokenizer, resolve_model
-    from grpo_magic.reward import EnvReward
-    from grpo_magic.trainer import build_trainer
+    from grpo_magic.training.trainer import build_trainer
 
     path = resolve_model("tiny")
     tokenizer = load_tokenizer(path)
@@ -78,7 +78,7 @@ def _choices(field: str) -> list[str]:
 
 
 def test_the_batch_trl_scores_has_the_keys_grpo_magic_reads(tmp_path):
-    from grpo_magic.trainer import rollouts
+    from grpo_magic.training.trainer import rollouts
 
     trainer, prepared = _trainer(tmp_path, MixedEnv())
     inputs = [prepared.dataset[i] for i in range(2) for _ in range(4)]
@@ -130,7 +130,7 @@ def test_the_combinations_are_the_installed_trl_s():
 def test_rescoring_advantages_are_the_ones_trl_trained_on(tmp_path, scale_rewards, aggregation):
     """Two real steps per combination: TRL's advantages of each batch (the tensor its loss used) against
     ``trl_advantages`` of the same scores, with the settings ``advantage_settings`` reads from a run."""
-    from grpo_magic.rescoring import trl_advantages
+    from grpo_magic.trl_compat import trl_advantages
 
     batches: list[tuple[list[list[float | None]], list[float]]] = []
 

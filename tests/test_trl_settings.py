@@ -14,10 +14,10 @@ import torch
 from trl import GRPOConfig
 
 from grpo_magic import GRPOParams
-from grpo_magic import trl_settings as ts
-from grpo_magic.cli import build_parser
-from grpo_magic.memory import count_parameters, estimate
-from grpo_magic.recipes import RECIPES
+from grpo_magic.config import trl_settings as ts
+from grpo_magic.config.memory import count_parameters, estimate
+from grpo_magic.config.recipes import RECIPES
+from grpo_magic.frontends.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
 #: The checkpointing setting as the installed transformers names it (5.24: activation_checkpointing, 5.17:
@@ -101,7 +101,7 @@ def test_explicit_settings_win_over_the_recipe():
 
 
 def test_every_settable_grpo_config_field_is_in_help_form_and_params(shell):
-    from grpo_magic.form import TrainForm
+    from grpo_magic.frontends.form import TrainForm
 
     text = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
     form = TrainForm(GRPOParams(model="tiny"), None)
@@ -127,7 +127,7 @@ def test_every_settable_grpo_config_field_is_in_help_form_and_params(shell):
 
 
 def test_the_form_shows_trls_help_text(shell):
-    from grpo_magic.form import TrainForm
+    from grpo_magic.frontends.form import TrainForm
 
     form = TrainForm(GRPOParams(model="tiny", scale_rewards="none"), None)
     trl_help = next(f for f in dataclasses.fields(GRPOConfig) if f.name == "scale_rewards").metadata["help"]
@@ -259,16 +259,17 @@ def test_memory_estimate_for_tiny_matches_the_loaded_model():
 
 def test_memory_estimate_for_the_other_offline_models_is_without_a_build_or_the_hub(monkeypatch):
     """tiny-math is tiny fine-tuned (tiny's config); tiny-agent is tiny resized for its copy circuit (its own config,
-    made without the build). Neither builds the model nor asks the Hub (it used to ask the Hub for 'tiny-agent',
-    and wait through its retries before saying 'no estimate')."""
+    read from the shipped folder). Neither builds the model nor asks the Hub (it used to ask the Hub for
+    'tiny-agent', and wait through its retries before saying 'no estimate')."""
     import grpo_magic.models as models
-    from grpo_magic.models.copy_circuit import SIZES
+    from grpo_magic.models.warmstart import WarmStart
+    from research.tiny_agent.copy_circuit import SIZES
 
-    def no_build() -> None:
+    def no_build(*args: object) -> None:
         raise AssertionError("the estimate built an offline model")
 
-    monkeypatch.setitem(models.OFFLINE_MODELS, "tiny-agent", no_build)
-    monkeypatch.setitem(models.OFFLINE_MODELS, "tiny-math", no_build)
+    monkeypatch.delenv("GRPO_MAGIC_BUILD_MODELS", raising=False)
+    monkeypatch.setattr(WarmStart, "build", no_build)
     tiny = estimate(GRPOParams(model="tiny"), card="T4")
     math = estimate(GRPOParams(model="tiny-math"), card="T4")
     assert (math.parameters, math.total) == (tiny.parameters, tiny.total)
@@ -285,8 +286,8 @@ def tiny_hidden(models) -> int:
 
 
 def test_the_exported_launch_folder_carries_trl_settings_and_the_recipe():
-    from grpo_magic.cli import params_from_namespace
-    from grpo_magic.export import launch_script
+    from grpo_magic.frontends.cli import params_from_namespace
+    from grpo_magic.frontends.export import launch_script
 
     params = GRPOParams(
         model="tiny",
@@ -310,7 +311,7 @@ def test_the_exported_launch_folder_carries_trl_settings_and_the_recipe():
 
 def test_gradient_and_activation_checkpointing_are_one_setting_named_as_the_installed_transformers_names_it():
     assert CHECKPOINTING in {f.name for f in dataclasses.fields(GRPOConfig)}
-    from grpo_magic.cli import params_from_namespace
+    from grpo_magic.frontends.cli import params_from_namespace
 
     for flag in ("--no-gradient-checkpointing", "--no-activation-checkpointing"):
         params = params_from_namespace(build_parser().parse_args(["train", "--model", "tiny", flag]))

@@ -157,7 +157,7 @@ def test_sharpen_multiplies_the_built_models_logits_and_nothing_else(
 
 
 def _circuit_start(seed: int) -> Any:
-    from grpo_magic.models.copy_circuit import fresh_model
+    from research.tiny_agent.copy_circuit import fresh_model
 
     return fresh_model(seed, freeze=True)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import random
 
-from grpo_magic.models import tool_corpus
 from grpo_magic.models.warmstart import Example, WarmStart
+from research.tiny_agent import tool_corpus
 
 
 def weather_corpus(seed: int, size: int = 800) -> list[Example]:

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import GRPOMagicError
-from ..events import read_run_log, run_log_path
+from grpo_magic.errors import GRPOMagicError
+from grpo_magic.events import read_run_log, run_log_path
+
 from .live import evals_of
 from .panels import COMPONENT_COLORS, PANELS, Panel, Series
 from .state import RunView

@@ -11,9 +11,10 @@ import html
 from collections.abc import Iterable
 from typing import Any
 
-from ..events import GroupScored
-from ..redaction import redact
-from ..text import format_duration
+from grpo_magic.events import GroupScored
+from grpo_magic.redaction import redact
+from grpo_magic.text import format_duration
+
 from .state import RunView
 
 MAX_TEXT_CHARS = 20_000  # one completion or prompt shown in a card (the full text is in the run log)

@@ -15,7 +15,7 @@ from array import array
 from collections import OrderedDict, deque
 from typing import Any
 
-from ..events import (
+from grpo_magic.events import (
     EnvSwapped,
     EpisodeError,
     EvalScored,
@@ -26,7 +26,8 @@ from ..events import (
     StatusChanged,
     StepLogged,
 )
-from ..text import finite
+from grpo_magic.text import finite
+
 from .panels import COMPONENT_PREFIX, OPTIONAL, PANELS, Panel, components_panel, curve_metrics
 
 # Metrics kept per logged step for the curves (the panels' metrics); everything else TRL logs

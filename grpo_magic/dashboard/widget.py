@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..events import (
+from grpo_magic.events import (
     EnvSwapped,
     Event,
     GroupScored,
@@ -37,6 +37,7 @@ from ..events import (
     read_run_log,
     run_log_path,
 )
+
 from . import html
 from .curves import Curves
 from .live import LiveCurves, summary_html

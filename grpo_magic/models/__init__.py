@@ -1,5 +1,5 @@
-"""Models: resolve and load any model (``loading``), and build the offline ones (``tiny``, and the
-warm-started ``tiny-agent`` and ``tiny-math`` made from it by ``warmstart`` recipes).
+"""Models: resolve and load any model (``loading``); the offline ones the package ships (``tiny``, and
+``tiny-math`` and ``tiny-agent`` warm-started from it by a short SFT, ``warmstart``).
 
 Callers import from this package (``from .models import load_model``), never from its modules,
 so that there is one place to look up, and to patch in tests, how a model is loaded.

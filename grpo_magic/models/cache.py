@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from ..locking import Holder, ProcessLock, process_kind
+from grpo_magic.runtime.locking import Holder, ProcessLock, process_kind
 
 #: Written last into a built folder: its presence means the folder is complete.
 MARKER = "grpo_magic_build.json"

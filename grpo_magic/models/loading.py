@@ -15,10 +15,11 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..errors import GRPOMagicError
-from ..text import one_line
+from grpo_magic.errors import GRPOMagicError
+from grpo_magic.text import one_line
+
 from .tiny import TINY, tiny_model_path
-from .tiny_agent import TINY_AGENT, tiny_agent_config, tiny_agent_path
+from .tiny_agent import TINY_AGENT, tiny_agent_path
 from .tiny_math import TINY_MATH, tiny_math_path
 
 if TYPE_CHECKING:
@@ -28,24 +29,17 @@ if TYPE_CHECKING:
 _HUB_TIMEOUT = 5.0
 _HUB_DEADLINE = 8.0
 
-#: The models built on this machine instead of downloaded: name -> the function that gives their folder.
-#: The warm-started ones (``models.warmstart`` recipes) are ``tiny`` after a short SFT on one skill.
+#: The offline models the package ships instead of downloading: name -> the function that gives their folder.
 OFFLINE_MODELS: dict[str, Callable[[], pathlib.Path]] = {
     TINY: tiny_model_path, TINY_AGENT: tiny_agent_path, TINY_MATH: tiny_math_path,
 }
 
-#: The offline models whose config differs from ``tiny``'s, read without a build (the others are ``tiny`` fine-tuned).
-OFFLINE_CONFIGS: dict[str, Callable[[], Any]] = {TINY_AGENT: tiny_agent_config}
-
-
 def model_config(name_or_path: str) -> Any:
-    """The model's transformers config, without reading weights or building an offline model (minutes): what an
-    estimate made before a run needs."""
+    """The model's transformers config, without reading its weights: what an estimate made before a run needs."""
     from transformers import AutoConfig
 
-    if name_or_path in OFFLINE_CONFIGS:
-        return OFFLINE_CONFIGS[name_or_path]()
-    return AutoConfig.from_pretrained(str(tiny_model_path()) if name_or_path in OFFLINE_MODELS else name_or_path)
+    return AutoConfig.from_pretrained(str(OFFLINE_MODELS[name_or_path]()) if name_or_path in OFFLINE_MODELS
+                                      else name_or_path)
 
 
 def _not_found(name: str) -> GRPOMagicError:
@@ -247,7 +241,7 @@ def has_cuda() -> bool:
 
 def supports_bf16() -> bool:
     """bf16 only where the hardware has it natively (``device.choose_precision`` decides what a run uses)."""
-    from ..device import native_bf16
+    from grpo_magic.runtime.device import native_bf16
 
     return native_bf16()
 
@@ -336,7 +330,7 @@ def load_model(
     """
     from transformers import AutoModelForCausalLM
 
-    from ..device import choose_precision, load_dtype, process_cuda_device
+    from grpo_magic.runtime.device import choose_precision, load_dtype, process_cuda_device
 
     path = _local_or_id(name_or_path)
     dtype = dtype if dtype is not None else load_dtype(choose_precision())

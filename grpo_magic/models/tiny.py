@@ -115,7 +115,7 @@ def _build_tiny_tokenizer() -> Any:
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import Qwen2Tokenizer
 
-    from ..trl_compat import qwen2_5_chat_template
+    from grpo_magic.trl_compat import qwen2_5_chat_template
 
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()

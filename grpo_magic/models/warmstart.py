@@ -81,7 +81,7 @@ class WarmStart:
     check: Callable[[Any, Any], dict[str, Any]] | None = None
     description: str = ""
     #: A function of the seed that returns the model to fine-tune, instead of ``tiny`` or a fresh model of
-    #: ``sizes`` (tiny-agent v2: a fresh model with a copy circuit set by hand, models/copy_circuit.py).
+    #: ``sizes`` (tiny-agent v2: a fresh model with a copy circuit set by hand, research/tiny_agent/copy_circuit.py).
     start: Callable[[int], Any] | None = None
     #: torch's threads during the build. One by default (see ``build``); a model big enough to use a second
     #: core says so (the general tool caller: 2.5 s a step on one thread, 1.3 s on two, here).
@@ -90,7 +90,7 @@ class WarmStart:
     #: fine-tune), so that sampling it at temperature 1 samples the trained model at ``1 / sharpen``. Why: GRPO
     #: and ``%grpo_check`` sample at the run's temperature (1 by default), and a fine-tune of minutes leaves a
     #: flat distribution whose sampled calls fail on single junk tokens where its greedy ones are right (the
-    #: general tool caller: bench/RESULTS-agent.md). GRPO still explores: the distribution stays a distribution.
+    #: general tool caller: research/tiny_agent/RESULTS-agent.md). GRPO still explores: the distribution stays a distribution.
     sharpen: float = 1.0
 
     @property
@@ -172,7 +172,7 @@ class WarmStart:
         """Fine-tune into ``dest``, deterministically on one machine; returns what the cache marker records.
 
         Another CPU may build other bytes: the fine-tune grows the last-bit differences of its float kernels
-        (tiny-agent on an AMD EPYC and an Intel Xeon with AVX-512: bench/RESULTS-agent.md), so what a test
+        (tiny-agent on an AMD EPYC and an Intel Xeon with AVX-512: research/tiny_agent/RESULTS-agent.md), so what a test
         asserts of a built model must hold for any build of its recipe, not for one file.
 
         torch runs on ``threads`` threads meanwhile (at most the machine's cores), one by default:
@@ -194,7 +194,7 @@ class WarmStart:
                 checked = self.check(model, tokenizer) if self.check is not None else {}
                 # the parts the start model keeps as set (a hand-set circuit) stay so in every run that loads it
                 # (models.load_model): Adam's steps are of one size whatever a weight's scale, and a circuit
-                # scored in hundreds of nats lost its copying in one GRPO step at lr 1e-4 (bench/RESULTS-agent.md)
+                # scored in hundreds of nats lost its copying in one GRPO step at lr 1e-4 (research/tiny_agent/RESULTS-agent.md)
                 frozen = [name for name, param in model.named_parameters() if not param.requires_grad]
                 if frozen:
                     model.config.grpo_magic_frozen = frozen
