@@ -594,8 +594,3 @@ def _divisibility_message(batch_size: int, accumulation: int, processes: int, n:
         f"{parts} = {per_step} completions per step, which is not divisible by rl_num_generations {n} "
         f"(each prompt needs a whole group); {fix}."
     )
-
-
-def params_from_dict(values: dict[str, Any]) -> GRPOParams:
-    """Build params from a dict, naming an unknown key instead of raising ``TypeError``."""
-    return GRPOParams(**values)  # unknown names: one sentence, from the constructor

@@ -477,10 +477,6 @@ def groups() -> list[str]:
     return [g for g, _ in _GROUPS if g in present]
 
 
-def is_config_field(name: str) -> bool:
-    return any(f.name == name for f in config_fields())
-
-
 def owned_message(name: str) -> str:
     return f"{name} is a setting grpo_magic owns, not one to pass through to TRL; {OWNED[name]}."
 
