@@ -1,4 +1,4 @@
-"""The README's parameter table, generated from ``GRPOParams``' declarations (tests/test_readme.py keeps them equal)."""
+"""The parameter table of the docs' reference, generated from ``GRPOParams``' declarations (the docs build writes it)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from .params import GRPOParams
 
 
 def markdown_table() -> str:
-    """The parameter table of the README, generated from the metadata (a test keeps them equal)."""
+    """The parameter table of docs/reference/parameters.md, generated from the metadata."""
     rows = ["| parameter | CLI flag | default | section | what it does |", "|---|---|---|---|---|"]
     for f in GRPOParams.fields():
         default = "required" if f.metadata.get("required") else ("" if f.default is None else f"`{f.default}`")
