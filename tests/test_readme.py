@@ -82,6 +82,15 @@ def test_the_event_reference_lists_every_event_type():
         assert f"### `{type_name}`" in built
 
 
+def test_the_adapters_guide_has_a_section_for_every_adapter():
+    """A new ``grpo_magic.adapters.from_*`` gets its how-to section (its reference entry is generated)."""
+    import grpo_magic.adapters as adapters
+
+    headings = re.findall(r"^## .*$", (DOCS / "how-to" / "adapters.md").read_text(), flags=re.MULTILINE)
+    for name in (n for n in vars(adapters) if n.startswith("from_") and callable(getattr(adapters, n))):
+        assert any(f"`{name}(" in h for h in headings), f"docs/how-to/adapters.md has no section on {name}"
+
+
 def test_the_docs_recipe_table_is_the_one_recipes_generates():
     from grpo_magic.recipes import markdown_table as recipe_table
 

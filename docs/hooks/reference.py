@@ -18,7 +18,6 @@ import importlib.util
 import inspect
 import io
 import os
-import pkgutil
 import re
 import sys
 from collections.abc import Callable
@@ -37,11 +36,12 @@ HELP_COLUMNS = "100"
 
 
 def find_module(name: str) -> ModuleType:
-    """The package's module whose last dotted name is ``name`` (``params_table``), wherever it lives."""
+    """The package's module whose file is ``name``.py (``params_table``), in whichever folder it lives."""
     import grpo_magic
 
-    found = [m.name for m in pkgutil.walk_packages(grpo_magic.__path__, "grpo_magic.", onerror=lambda _: None)
-             if m.name.rsplit(".", 1)[-1] == name]
+    package = Path(grpo_magic.__file__).parent
+    found = sorted(".".join(("grpo_magic", *p.relative_to(package).with_suffix("").parts))
+                   for p in package.rglob(f"{name}.py"))
     if len(found) != 1:
         raise LookupError(f"expected one module named {name!r} in grpo_magic, found {found or 'none'}")
     return importlib.import_module(found[0])
