@@ -133,9 +133,10 @@ def trend(values: Sequence[float]) -> dict[str, float]:
 # ------------------------------------------------------------------------------------------- completion stats
 
 
-def repeat_coverage(text: str, max_n: int = 8, max_chars: int = 2000) -> tuple[float, str]:
+def repeat_coverage(text: str, max_n: int = 8, max_chars: int = 600) -> tuple[float, str]:
     """The share of a text's non-space characters covered by its most frequent character n-gram (n = 1..8),
-    and that n-gram. ``"aaaa"`` -> (1.0, "a"); ``"banana banana"`` -> about (0.9, "anana")."""
+    and that n-gram. ``"aaaa"`` -> (1.0, "a"); ``"banana banana"`` -> (1.0, "banana"). Only the first ``max_chars``
+    characters are read (a bounded cost per completion)."""
     chars = "".join(text[:max_chars].split())
     best, unit = 0.0, ""
     length = len(chars)
@@ -159,8 +160,18 @@ def repeat_coverage(text: str, max_n: int = 8, max_chars: int = 2000) -> tuple[f
     return best, unit
 
 
-def _trigrams(text: str) -> frozenset[str]:
-    t = " ".join(text.lower().split())
+REPEAT_JUDGED = 16  # completions judged for repetition per step (evenly spaced): a bounded cost per step
+
+
+def _spaced(items: Sequence[Any], limit: int) -> list[Any]:
+    """At most ``limit`` items, evenly spaced (all of them when there are fewer)."""
+    if len(items) <= limit:
+        return list(items)
+    return [items[round(i * (len(items) - 1) / (limit - 1))] for i in range(limit)]
+
+
+def _trigrams(text: str, max_chars: int = 600) -> frozenset[str]:
+    t = " ".join(text[:max_chars].lower().split())
     return frozenset(t[i:i + 3] for i in range(max(1, len(t) - 2)))
 
 
@@ -171,15 +182,14 @@ def _similar(a: frozenset[str], b: frozenset[str], threshold: float) -> bool:
     return inter >= threshold * (len(a) + len(b) - inter)
 
 
-def collapse_share(pairs: Sequence[tuple[str, str]], threshold: float, limit: int = 64) -> float | None:
+def collapse_share(pairs: Sequence[tuple[str, str]], threshold: float, limit: int = 32) -> float | None:
     """The share of completions with a near-identical twin (trigram Jaccard >= threshold) among the completions of
     *other* prompts; with one distinct prompt, among the completions of the same group. None for < 2 completions.
 
-    At most ``limit`` completions (evenly spaced) are compared, so the cost is bounded (64: 2,016 pairs)."""
+    At most ``limit`` completions (evenly spaced) are compared, so the cost is bounded (32: 496 pairs)."""
     if len(pairs) < 2:
         return None
-    if len(pairs) > limit:
-        pairs = [pairs[round(i * (len(pairs) - 1) / (limit - 1))] for i in range(limit)]
+    pairs = _spaced(pairs, limit)
     cross = len({p for p, _ in pairs}) > 1
     grams = [_trigrams(c) for _, c in pairs]
     twin = [False] * len(pairs)
@@ -327,7 +337,8 @@ class Watch:
         for name in self.task_metrics:
             value = components.get(name)
             tasks[name] = value if value is not None else _number(metrics.get(name))
-        cover = [repeat_coverage(c) for _, c, _, _ in completions if len("".join(c.split())) >= 8]
+        judged = [c for _, c, _, _ in completions if len("".join(c.split())) >= 8]
+        cover = [repeat_coverage(c) for c in _spaced(judged, REPEAT_JUDGED)]
         repetitive = [u for share, u in cover if share >= self.settings["repeat_cover"]]
         length = _number(metrics.get("completions/mean_length"))
         if completions:
