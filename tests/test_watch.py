@@ -282,3 +282,54 @@ def test_a_gameable_env_raises_an_alarm_within_40_steps_of_real_training(in_tmp)
     ev = alarms[0].evidence
     assert ev["tasks"]["task"] == [0.0] * len(ev["steps"]) and ev["reward"][-1] > ev["reward"][0] + 0.2
     assert 2 <= len(ev["examples"]) <= 3 and all("}" in e["completion"] for e in ev["examples"])
+
+
+# ------------------------------------------------------------------------------------------------------ probes
+
+
+class CharTokenizer:
+    """A stand-in tokenizer: one token per character."""
+
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) for c in text]
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(chr(i) for i in ids)
+
+
+@pytest.mark.unit
+def test_the_probe_replies():
+    from grpo_magic.watch.probes import (
+        answer_column,
+        bare_answer_reply,
+        gaming_probes,
+        probe_replies,
+        random_words_reply,
+        repeated_token_reply,
+    )
+
+    assert repeated_token_reply(CharTokenizer(), 5, text="}") == "}}}}}"
+    assert random_words_reply(6, seed=1) == random_words_reply(6, seed=1)
+    assert len(random_words_reply(6, seed=1).split()) == 6
+    assert answer_column(["prompt", "Answer"]) == "Answer" and answer_column(["prompt", "city"]) is None
+    assert bare_answer_reply({"prompt": "What is 2 + 3?", "answer": " 5 "}) == "5"
+    assert bare_answer_reply({"prompt": "p"}) is None
+    probes = probe_replies(CharTokenizer(), 8, {"prompt": "p", "solution": "42"})
+    assert set(probes) == {"repeated token", "random words", "bare answer"} and probes["bare answer"] == "42"
+    assert len(probes["repeated token"]) == 8 and len(set(probes["repeated token"])) == 1
+    assert set(probe_replies(CharTokenizer(), 8)) == {"repeated token", "random words"}
+    assert gaming_probes({"repeated token": 0.9, "random words": 0.1, "bare answer": None, "empty": 0.0},
+                         [0.2, 0.4, None]) == ["repeated token"]
+    assert gaming_probes({"repeated token": 0.9}, [None]) == []
+
+
+@pytest.mark.unit
+def test_the_braces_probe_games_the_braces_env():
+    from envs.hackable import BraceHackEnv
+    from grpo_magic.watch.probes import gaming_probes, repeated_token_reply
+
+    env = BraceHackEnv()
+    probe = repeated_token_reply(CharTokenizer(), 32, text="}")
+    scores = {"repeated token": env.score_episode(None, None, probe, answer="blue")["score"]}
+    honest = env.score_episode(None, None, '{"answer": "blue"}', answer="blue")["score"]
+    assert gaming_probes(scores, [honest]) == ["repeated token"]
