@@ -124,6 +124,7 @@ def test_the_readme_notebook_cells_and_python_run_as_written(shell, monkeypatch)
         cell = cell.replace("--max-steps 30", "--max-steps 2")
         result = shell.run_cell(cell)
         assert result.success, result.error_in_exec or result.error_before_exec
+    assert shell.user_ns["report"].verdict  # the check's report, displayed before training
     run = shell.user_ns["run"]
     run.wait()
     assert run.status == "completed", run.reason
