@@ -5,7 +5,8 @@ A ``Watch`` reads what the run log already records for every step (``RunStarted`
 steps, the reward rises in a way the task does not follow:
 
 - ``divergence``: the reward rises (Mann-Kendall trend test, and a Theil-Sen rise larger than the run's own
-  step-to-step noise) while a named task metric shows no rise (flat or falling);
+  step-to-step noise) while a named task metric does not follow it (flat or falling: its rise, given three
+  standard errors of doubt, is under half the reward's);
 - ``repetition``: while the reward rises and no task metric rises with it, most completions become one repeated
   character or n-gram;
 - ``collapse``: the same, and completions to *different* prompts become near-identical (one reply for every
