@@ -154,8 +154,10 @@ def _check_task(task: Any, where: str) -> None:
         raise GRPOMagicError(f"{where}: task {name} asks for a GPU ({data.resources.gpu}) for its episodes, which "
                              "from_verifiers does not provide; use a taskset that runs on the trace alone.")
     if task.config.judges:
-        raise GRPOMagicError(f"{where}: task {name} is scored by an LLM judge, which calls a model endpoint over the "
-                             "network; remove the judge (score with @vf.reward functions) to train it here.")
+        judge = task.config.judges[0]
+        raise GRPOMagicError(f"{where}: task {name} is scored by an LLM judge ({judge.id}, {judge.model} at "
+                             f"{getattr(judge, 'base_url', 'its endpoint')}), a model endpoint over the network; remove "
+                             "the judge (score with @vf.reward functions) to train it here.")
     rewards, metrics = task.hooks("reward"), task.hooks("metric")
     if not rewards:
         raise GRPOMagicError(f"{where}: task {name} has no @vf.reward method, so there is no score; add one.")

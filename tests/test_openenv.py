@@ -144,6 +144,21 @@ def test_an_env_on_openenvs_base_classes_trains_with_scores_in_the_run_log_and_c
     assert report.episodes == 8 and report.error_count == 0
 
 
+def test_an_openenv_env_assigned_in_a_grpo_env_cell_checks_trains_and_rescores(shell):
+    shell.user_ns["LettersEnvironment"] = LettersEnvironment
+    spec = shell.run_cell_magic("grpo_env", "", "from grpo_magic.openenv_adapter import from_openenv\n"
+                                                "Letters = from_openenv(LettersEnvironment, letters='ab', n_prompts=8)\n")
+    assert spec.name == "Letters" and spec.cls is shell.user_ns["Letters"]
+    report = shell.run_line_magic("grpo_check", "Letters --samples 2 --rl-max-new-tokens 4")
+    assert report.episodes == 8 and report.error_count == 0
+    run = shell.run_line_magic("grpo_train", "--env Letters --model tiny --max-steps 1 --batch-size 8 "
+                                             "--rl-num-generations 4 --rl-max-new-tokens 8 --run --blocking "
+                                             "--project-name openenv-run")
+    assert run.status == "completed", run.reason
+    again = shell.run_line_magic("grpo_rescore", "--env Letters")  # each episode replayed from its logged seed
+    assert [g["new_scores"] for g in again.groups] == [g["old_scores"] for g in again.groups]
+
+
 def _echo_template(tmp_path: Path) -> type:
     """The echo env that ships with openenv (``openenv init``'s template), rendered as ``openenv init`` does."""
     import openenv.cli.templates as templates

@@ -82,10 +82,10 @@ class GpuTask(LetterTask):
     pass
 
 
-def _taskset_of(task_cls, **data):
+def _taskset_of(task_cls, config=None, **data):
     class OneTaskset(vf.Taskset[task_cls, vf.TasksetConfig]):
         def load(self):
-            yield task_cls(LetterData(prompt="Write a: ", **data), self.config.task)
+            yield task_cls(LetterData(prompt="Write a: ", **data), config or self.config.task)
 
     return OneTaskset(vf.TasksetConfig())
 
@@ -101,6 +101,8 @@ def _taskset_of(task_cls, **data):
     (_taskset_of(RuntimeTask), {}, ["RuntimeTask.share needs a sandbox runtime"]),
     (_taskset_of(ContainerTask), {}, ["ContainerTask needs a container"]),
     (_taskset_of(GpuTask, resources=vf.TaskResources(gpu="A100")), {}, ["asks for a GPU (A100)"]),
+    (_taskset_of(LetterTask, vf.TaskConfig(judges=[{"id": "reference"}])), {},
+     ["scored by an LLM judge", "over the network"]),
 ])
 def test_what_cannot_be_mapped_is_one_sentence(taskset, kwargs, words):
     with pytest.raises(GRPOMagicError) as info:
@@ -147,6 +149,21 @@ def test_a_taskset_trains_with_its_rubric_as_components_and_checks(tmp_path):
     assert [g["new_scores"] for g in again.groups] == [g["old_scores"] for g in again.groups]
     report = check_env(Env, samples=2, max_new_tokens=4)
     assert report.episodes == 8 and report.error_count == 0
+
+
+def test_a_taskset_assigned_in_a_grpo_env_cell_checks_and_trains(shell):
+    shell.user_ns["LettersTaskset"] = LettersTaskset
+    spec = shell.run_cell_magic("grpo_env", "", "from grpo_magic.verifiers_adapter import from_verifiers\n"
+                                                "Letters = from_verifiers(LettersTaskset, limit=8)\n")
+    assert spec.name == "Letters" and spec.cls is shell.user_ns["Letters"]
+    report = shell.run_line_magic("grpo_check", "Letters --samples 2 --rl-max-new-tokens 4")
+    assert report.episodes == 8 and report.error_count == 0
+    run = shell.run_line_magic("grpo_train", "--env Letters --model tiny --max-steps 1 --batch-size 8 "
+                                             "--rl-num-generations 4 --rl-max-new-tokens 8 --run --blocking "
+                                             "--project-name vf-run")
+    assert run.status == "completed", run.reason
+    again = shell.run_line_magic("grpo_rescore", "--env Letters")
+    assert [g["new_scores"] for g in again.groups] == [g["old_scores"] for g in again.groups]
 
 
 # ---------------------------------------------------------------- multi-turn: a toolset's tools, TRL's tool loop
