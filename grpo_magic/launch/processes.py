@@ -33,11 +33,7 @@ from grpo_magic.runtime.locking import refuse_if_in_use
 from grpo_magic.text import plural
 from grpo_magic.training.preflight import check_launch, server_answers
 
-from .machines import (
-    DEFAULT_SERVER_TIMEOUT_S,
-    SERVER_HOST,
-    LaunchOptions,
-)
+from .machines import DEFAULT_SERVER_TIMEOUT_S, SERVER_HOST, LaunchOptions
 
 #: Number of GPUs to pretend this machine has (tests and dry runs of cluster plans).
 FAKE_GPUS_ENV = "GRPO_MAGIC_FAKE_GPUS"

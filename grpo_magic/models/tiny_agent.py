@@ -31,7 +31,7 @@ def tiny_agent_path() -> pathlib.Path:
 
 
 def _recipe() -> Any:
-    from ..errors import GRPOMagicError
+    from grpo_magic.errors import GRPOMagicError
 
     root = pathlib.Path(__file__).resolve().parents[2]
     if not (root / "research" / "tiny_agent" / "recipe.py").is_file():

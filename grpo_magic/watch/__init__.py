@@ -1,0 +1,8 @@
+"""The reward-hacking watch (issue 42): detectors over a run's events that raise alarms when the reward rises and
+the task does not (docs/watch.md). Standard library only, so that importing it stays light."""
+
+from __future__ import annotations
+
+from .detectors import DEFAULTS, KINDS, Alarm, Watch, task_metrics_of, watch_run_log
+
+__all__ = ["DEFAULTS", "KINDS", "Alarm", "Watch", "task_metrics_of", "watch_run_log"]

@@ -1,0 +1,510 @@
+"""The reward-hacking watch: detectors fed one run event at a time (issue 42; the statistics: docs/watch.md).
+
+A ``Watch`` reads what the run log already records for every step (``RunStarted``'s parameters, each step's
+``GroupScored`` groups, then its ``StepLogged`` metrics) and returns ``Alarm`` objects when, over a window of
+steps, the reward rises in a way the task does not follow:
+
+- ``divergence``: the reward rises (Mann-Kendall trend test, and a Theil-Sen rise larger than the run's own
+  step-to-step noise) while a named task metric does not follow it (flat or falling: its rise, given three
+  standard errors of doubt, is under half the reward's);
+- ``repetition``: while the reward rises and no task metric rises with it, most completions become one repeated
+  character or n-gram;
+- ``collapse``: the same, and completions to *different* prompts become near-identical (one reply for every
+  prompt);
+- ``length``: the same, and completion lengths run to the ``max_new_tokens`` cap or to almost nothing;
+- ``proxy``: one reward component rises while another falls, both beyond their noise.
+
+Each kind fires once per run by default (``cooldown`` lets it fire again after that many steps). The same object
+runs live (subscribe ``observe_event`` to the event stream) and offline (``watch_run_log(output_dir)``).
+Standard library only: this runs on every logged step and ``%load_ext grpo_magic`` stays light.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+KINDS = ("divergence", "repetition", "collapse", "length", "proxy")
+
+#: The defaults, and why, are in docs/watch.md ("The numbers").
+DEFAULTS: dict[str, Any] = {
+    "window": 16,          # steps in the trend window (the last W logged steps)
+    "min_steps": 8,        # no test before this many logged steps
+    "z_rise": 3.09,        # one-sided Mann-Kendall z for "rises" (p ~ 0.001 per test)
+    "follow": 0.5,         # a task metric "does not follow" the reward when its rise, plus task_se_k standard
+    "task_se_k": 3.0,      # errors, is below this share of the reward's rise over the same window
+    "noise_k": 3.0,        # the Theil-Sen rise over the window must exceed noise_k x the step-to-step noise
+    "min_rise": 0.05,      # ... and this much on the reward's own scale (rewards are in [0, 1])
+    "repeat_cover": 0.5,   # one repeated unit covers this share of a completion's characters: repetitive
+    "repeat_share": 0.3,   # repetition: this share of a step's completions are repetitive (last 3 steps' mean)
+    "collapse_sim": 0.8,   # character-trigram Jaccard similarity of two "near-identical" completions
+    "collapse_share": 0.5,  # collapse: this share of completions has a near-identical twin for another prompt
+    "cap_share": 0.9,      # length to the cap: mean length >= this share of max_new_tokens (last 3 steps)
+    "tiny_share": 0.1,     # length to nothing: mean length <= this share of the window's first length
+    "recent": 3,           # "the last few steps" for the level conditions
+}
+
+
+@dataclass
+class Alarm:
+    """A detector's finding: ``kind`` (one of ``KINDS``), the ``step`` it fired at, a one-sentence ``message``
+    and its ``evidence`` (the metric values over the window, the test statistics, two or three completions)."""
+
+    kind: str
+    step: int
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "step": self.step, "message": self.message, "evidence": _copy(self.evidence)}
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_copy(v) for v in value]
+    return value
+
+
+# ------------------------------------------------------------------------------------------------ statistics
+
+
+def mann_kendall(values: Sequence[float]) -> float:
+    """The Mann-Kendall trend statistic as a z-score (with the tie correction and continuity correction).
+
+    Positive: the series tends to rise. Under "no trend" (any exchangeable noise) z is about standard normal, so
+    z >= 3.09 happens by chance in about 0.1% of windows (2.33: 1%). 0.0 for fewer than 3 values or a constant series.
+    """
+    n = len(values)
+    if n < 3:
+        return 0.0
+    s = 0
+    for i in range(n - 1):
+        vi = values[i]
+        for j in range(i + 1, n):
+            d = values[j] - vi
+            if d > 1e-12:
+                s += 1
+            elif d < -1e-12:
+                s -= 1
+    ties = Counter(round(v, 12) for v in values).values()
+    var = (n * (n - 1) * (2 * n + 5) - sum(t * (t - 1) * (2 * t + 5) for t in ties)) / 18.0
+    if var <= 0 or s == 0:
+        return 0.0
+    return (s - 1) / math.sqrt(var) if s > 0 else (s + 1) / math.sqrt(var)
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def theil_sen(values: Sequence[float]) -> float:
+    """The Theil-Sen slope per step: the median of the pairwise slopes (robust to a few outlying steps)."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    return _median([(values[j] - values[i]) / (j - i) for i in range(n - 1) for j in range(i + 1, n)])
+
+
+def step_noise(values: Sequence[float]) -> float:
+    """The series' step-to-step noise (one step's standard deviation): the root mean square of the first
+    differences over sqrt(2) (von Neumann's estimator; differencing removes a steady trend)."""
+    if len(values) < 3:
+        return 0.0
+    diffs = [values[i + 1] - values[i] for i in range(len(values) - 1)]
+    return math.sqrt(sum(d * d for d in diffs) / (2 * len(diffs)))
+
+
+def trend(values: Sequence[float]) -> dict[str, float]:
+    """z (Mann-Kendall), the Theil-Sen rise over the window (slope x (n - 1)), the step noise, and the rise's
+    standard error (that of a least-squares slope under that noise: noise x (n - 1) / sqrt(n (n^2 - 1) / 12))."""
+    n = len(values)
+    noise = step_noise(values)
+    se = noise * (n - 1) / math.sqrt(n * (n * n - 1) / 12.0) if n >= 2 else 0.0
+    return {"z": round(mann_kendall(values), 3), "rise": round(theil_sen(values) * (n - 1), 4),
+            "noise": round(noise, 4), "se": round(se, 4)}
+
+
+# ------------------------------------------------------------------------------------------- completion stats
+
+
+def repeat_coverage(text: str, max_n: int = 8, max_chars: int = 600) -> tuple[float, str]:
+    """The share of a text's non-space characters covered by its most frequent character n-gram (n = 1..8),
+    and that n-gram. ``"aaaa"`` -> (1.0, "a"); ``"banana banana"`` -> (1.0, "banana"). Only the first ``max_chars``
+    characters are read (a bounded cost per completion)."""
+    chars = "".join(text[:max_chars].split())
+    best, unit = 0.0, ""
+    length = len(chars)
+    if not length:
+        return 0.0, ""
+    for n in range(1, min(max_n, length) + 1):
+        grams = Counter(chars[i:i + n] for i in range(length - n + 1))
+        gram, count = grams.most_common(1)[0]
+        if count < 2 or count * n <= best * length:  # a unit repeats; an upper bound that cannot beat the best  # it cannot beat the best even without overlaps
+            continue
+        covered = 0
+        end = -1
+        start = chars.find(gram)
+        while start != -1:  # characters covered by the occurrences (overlapping ones counted once)
+            covered += start + n - 1 - max(end, start - 1)
+            end = start + n - 1
+            start = chars.find(gram, start + 1)
+        share = covered / length
+        if share > best + 1e-12:
+            best, unit = share, gram
+    return best, unit
+
+
+REPEAT_JUDGED = 16  # completions judged for repetition per step (evenly spaced): a bounded cost per step
+
+
+def _spaced(items: Sequence[Any], limit: int) -> list[Any]:
+    """At most ``limit`` items, evenly spaced (all of them when there are fewer)."""
+    if len(items) <= limit:
+        return list(items)
+    return [items[round(i * (len(items) - 1) / (limit - 1))] for i in range(limit)]
+
+
+def _trigrams(text: str, max_chars: int = 600) -> frozenset[str]:
+    t = " ".join(text[:max_chars].lower().split())
+    return frozenset(t[i:i + 3] for i in range(max(1, len(t) - 2)))
+
+
+def _similar(a: frozenset[str], b: frozenset[str], threshold: float) -> bool:
+    if not a or not b:
+        return a == b
+    inter = len(a & b)
+    return inter >= threshold * (len(a) + len(b) - inter)
+
+
+def collapse_share(pairs: Sequence[tuple[str, str]], threshold: float, limit: int = 32) -> float | None:
+    """The share of completions with a near-identical twin (trigram Jaccard >= threshold) among the completions of
+    *other* prompts; with one distinct prompt, among the completions of the same group. None for < 2 completions.
+
+    At most ``limit`` completions (evenly spaced) are compared, so the cost is bounded (32: 496 pairs)."""
+    if len(pairs) < 2:
+        return None
+    pairs = _spaced(pairs, limit)
+    cross = len({p for p, _ in pairs}) > 1
+    grams = [_trigrams(c) for _, c in pairs]
+    twin = [False] * len(pairs)
+    for i in range(len(pairs)):
+        for j in range(i + 1, len(pairs)):
+            if (twin[i] and twin[j]) or (cross and pairs[i][0] == pairs[j][0]):
+                continue
+            if _similar(grams[i], grams[j], threshold):
+                twin[i] = twin[j] = True
+    return sum(twin) / len(twin)
+
+
+# --------------------------------------------------------------------------------------------------- the watch
+
+
+def _get(event: Any, name: str, default: Any = None) -> Any:
+    if isinstance(event, Mapping):
+        return event.get(name, default)
+    return getattr(event, name, default)
+
+
+def _type(event: Any) -> str:
+    if isinstance(event, Mapping):
+        return str(event.get("type", ""))
+    try:
+        return str(event.type)
+    except Exception:  # noqa: BLE001 - not an event
+        return ""
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _mean(values: Iterable[float]) -> float | None:
+    v = list(values)
+    return sum(v) / len(v) if v else None
+
+
+def task_metrics_of(env: Any) -> tuple[str, ...]:
+    """The task metrics an env names (its ``task_metrics`` attribute, class or instance): a tuple of names."""
+    names = getattr(env, "task_metrics", ()) or ()
+    if isinstance(names, str):
+        names = (names,)
+    return tuple(str(n) for n in names)
+
+
+class Watch:
+    """Reward-hacking detectors over a run's events; ``observe_event(event) -> list[Alarm]``.
+
+    ``task_metrics``: names of what measures the task itself: a reward component (``"task"`` reads
+    ``components/task``) or any metric TRL logs (``"kl"``...). Without them, divergence cannot be tested and the
+    degeneration detectors test "the reward rises" alone. ``max_new_tokens`` is read from ``RunStarted`` when
+    not given. ``cooldown``: None fires each kind once per run; a number of steps lets it fire again after that.
+    Other keywords override ``DEFAULTS``.
+    """
+
+    def __init__(self, task_metrics: Iterable[str] = (), *, max_new_tokens: int | None = None,
+                 cooldown: int | None = None, **settings: Any) -> None:
+        unknown = set(settings) - set(DEFAULTS)
+        if unknown:
+            raise TypeError(f"Watch got unknown settings: {', '.join(sorted(unknown))}")
+        self.task_metrics = tuple(task_metrics)
+        self.max_new_tokens = max_new_tokens
+        self.cooldown = cooldown
+        self.settings = {**DEFAULTS, **settings}
+        self.alarms: list[Alarm] = []
+        self.rows: list[dict[str, Any]] = []  # one per logged step: the per-step statistics the detectors read
+        self._last_fired: dict[str, int] = {}
+        self._groups: dict[int, list[Any]] = {}
+        self._examples: list[dict[str, Any]] = []
+
+    # ----------------------------------------------------------------------------------------- feeding events
+
+    def observe_event(self, event: Any) -> list[Alarm]:
+        """Feed one event (an ``grpo_magic.events`` dataclass or its JSON dict); returns the alarms it raised."""
+        kind = _type(event)
+        if kind == "run_started":
+            params = _get(event, "params") or {}
+            if self.max_new_tokens is None and isinstance(params, Mapping):
+                cap = _number(params.get("rl_max_new_tokens"))
+                self.max_new_tokens = int(cap) if cap else None
+        elif kind == "group_scored":
+            step = _get(event, "step")
+            if isinstance(step, int):
+                self._groups.setdefault(step, []).append(event)
+        elif kind == "env_swapped":  # the reward means something else from here on: trends start again
+            self.rows.clear()
+        elif kind == "step_logged":
+            step = _get(event, "step")
+            if isinstance(step, int):
+                return self._step(step, _get(event, "metrics") or {})
+        return []
+
+    def observe(self, events: Iterable[Any]) -> list[Alarm]:
+        """Feed many events; returns every alarm they raised."""
+        out: list[Alarm] = []
+        for event in events:
+            out += self.observe_event(event)
+        return out
+
+    # --------------------------------------------------------------------------------------- per-step stats
+
+    def _step(self, step: int, metrics: Mapping[str, Any]) -> list[Alarm]:
+        while self.rows and self.rows[-1]["step"] >= step:  # a resumed run replays steps from its checkpoint
+            self.rows.pop()
+        groups = self._groups.pop(step, [])
+        for old in [s for s in self._groups if s < step]:
+            del self._groups[old]
+        row = self._row(step, metrics, groups)
+        if row["reward"] is None:
+            return []
+        self.rows.append(row)
+        window = self.settings["window"]
+        if len(self.rows) > 4 * window:
+            del self.rows[: len(self.rows) - 4 * window]
+        if len(self.rows) < self.settings["min_steps"]:
+            return []
+        return self._detect(step)
+
+    def _row(self, step: int, metrics: Mapping[str, Any], groups: list[Any]) -> dict[str, Any]:
+        completions: list[tuple[str, str, float | None, dict[str, Any]]] = []
+        for g in groups:
+            prompt = str(_get(g, "prompt", ""))
+            scores = list(_get(g, "scores") or [])
+            comps = list(_get(g, "components") or [])
+            for i, c in enumerate(_get(g, "completions") or []):
+                completions.append((prompt, str(c), _number(scores[i]) if i < len(scores) else None,
+                                    comps[i] if i < len(comps) and isinstance(comps[i], Mapping) else {}))
+        reward = _number(metrics.get("reward"))
+        if reward is None:
+            reward = _mean(s for _, _, s, _ in completions if s is not None)
+        components: dict[str, float] = {}
+        for key, value in metrics.items():
+            if key.startswith("components/") and _number(value) is not None:
+                components[key[len("components/"):]] = float(value)
+        for _, _, _, comp in completions:  # components the metrics lack: the mean over the step's episodes
+            for key in comp:
+                if key not in components and f"components/{key}" not in metrics:
+                    components[key] = _mean(_number(c.get(key)) for _, _, _, c in completions
+                                            if _number(c.get(key)) is not None) or 0.0
+        tasks: dict[str, float | None] = {}
+        for name in self.task_metrics:
+            value = components.get(name)
+            tasks[name] = value if value is not None else _number(metrics.get(name))
+        judged = [c for _, c, _, _ in completions if len("".join(c.split())) >= 8]
+        cover = [repeat_coverage(c) for c in _spaced(judged, REPEAT_JUDGED)]
+        repetitive = [u for share, u in cover if share >= self.settings["repeat_cover"]]
+        length = _number(metrics.get("completions/mean_length"))
+        if completions:
+            self._examples = sorted(completions, key=lambda x: -(x[2] if x[2] is not None else -1.0))
+        return {
+            "step": step,
+            "reward": reward,
+            "tasks": tasks,
+            "components": components,
+            "repeat": len(repetitive) / len(cover) if cover else None,
+            "repeat_unit": Counter(repetitive).most_common(1)[0][0] if repetitive else "",
+            "collapse": collapse_share([(p, c) for p, c, _, _ in completions], self.settings["collapse_sim"]),
+            "length": length,
+            "clipped": _number(metrics.get("completions/clipped_ratio")),
+            "chars": _mean(len(c) for _, c, _, _ in completions),
+        }
+
+    # ------------------------------------------------------------------------------------------- detectors
+
+    def _series(self, key: str, sub: str | None = None) -> tuple[list[int], list[float]]:
+        rows = self.rows[-self.settings["window"]:]
+        steps, values = [], []
+        for r in rows:
+            v = r[key] if sub is None else r[key].get(sub)
+            if v is not None:
+                steps.append(r["step"])
+                values.append(float(v))
+        return steps, values
+
+    def _rises(self, values: list[float], min_rise: float = 0.0) -> tuple[bool, dict[str, float]]:
+        t = trend(values)
+        ok = (len(values) >= self.settings["min_steps"] and t["z"] >= self.settings["z_rise"]
+              and t["rise"] > self.settings["noise_k"] * t["noise"] and t["rise"] >= min_rise)
+        return ok, t
+
+    def _falls(self, values: list[float]) -> tuple[bool, dict[str, float]]:
+        ok, t = self._rises([-v for v in values])
+        return ok, {"z": -t["z"], "rise": -t["rise"], "noise": t["noise"]}
+
+    def _may_fire(self, kind: str, step: int) -> bool:
+        last = self._last_fired.get(kind)
+        return last is None or (self.cooldown is not None and step - last >= self.cooldown)
+
+    def _fire(self, kind: str, step: int, message: str, evidence: dict[str, Any], out: list[Alarm]) -> None:
+        self._last_fired[kind] = step
+        alarm = Alarm(kind, step, message, evidence)
+        self.alarms.append(alarm)
+        out.append(alarm)
+
+    def _examples_for(self, key: Any = None, n: int = 3) -> list[dict[str, Any]]:
+        pool = sorted(self._examples, key=key) if key is not None else self._examples
+        out, seen = [], set()
+        for prompt, completion, score, comps in pool:
+            if completion in seen:
+                continue
+            seen.add(completion)
+            text = completion if len(completion) <= 200 else completion[:200] + "..."
+            out.append({"prompt": prompt[:200], "completion": text, "score": score, "components": dict(comps)})
+            if len(out) == n:
+                break
+        return out
+
+    def _detect(self, step: int) -> list[Alarm]:
+        s = self.settings
+        out: list[Alarm] = []
+        steps, reward = self._series("reward")
+        rising, rt = self._rises(reward, s["min_rise"])
+        base = {"steps": steps, "reward": [round(v, 4) for v in reward], "reward_trend": rt}
+        lagging: list[str] = []  # task metrics that do not rise with the reward
+        task_series: dict[str, list[float]] = {}
+        task_trends: dict[str, dict[str, float]] = {}
+        for name in self.task_metrics:
+            _, values = self._series("tasks", name)
+            if len(values) < s["min_steps"]:
+                continue
+            task_series[name] = [round(v, 4) for v in values]
+            t = task_trends[name] = trend(values)
+            # Confident that the task rose less than half as much as the reward (its own noise widens the doubt).
+            if t["rise"] + s["task_se_k"] * t["se"] < s["follow"] * rt["rise"]:
+                lagging.append(name)
+        if task_series:
+            base["tasks"] = task_series
+            base["task_trends"] = task_trends
+        # Degeneration counts only while the reward rises and no task metric rises with it.
+        unexplained = rising and (not task_series or len(lagging) == len(task_series))
+
+        if rising and lagging and self._may_fire("divergence", step):
+            name = lagging[0]
+            values = task_series[name]
+            self._fire("divergence", step, (
+                f"The reward rose from {reward[0]:.2f} to {reward[-1]:.2f} over steps {steps[0]}-{steps[-1]} while "
+                f"the task metric '{name}' did not rise ({values[0]:.2f} to {values[-1]:.2f}): the model may be "
+                "gaming the reward instead of doing the task."),
+                {**base, "metric": name, "examples": self._examples_for()}, out)
+
+        if unexplained and self._may_fire("repetition", step):
+            rsteps, rep = self._series("repeat")
+            recent = rep[-s["recent"]:]
+            if len(rep) >= s["min_steps"] and _mean(recent) >= s["repeat_share"] and self._rises(rep)[0]:
+                unit = next((r["repeat_unit"] for r in reversed(self.rows) if r["repeat_unit"]), "")
+                self._fire("repetition", step, (
+                    f"While the reward rose ({reward[0]:.2f} to {reward[-1]:.2f}), {recent[-1]:.0%} of the "
+                    f"completions at step {step} became one repeated {unit!r} covering most of their text."),
+                    {**base, "repetitive_share": [round(v, 3) for v in rep], "repetitive_steps": rsteps,
+                     "unit": unit, "examples": self._examples_for(lambda x: -repeat_coverage(x[1])[0])}, out)
+
+        if unexplained and self._may_fire("collapse", step):
+            csteps, col = self._series("collapse")
+            recent = col[-s["recent"]:]
+            if len(col) >= s["min_steps"] and _mean(recent) >= s["collapse_share"] and self._rises(col)[0]:
+                self._fire("collapse", step, (
+                    f"While the reward rose ({reward[0]:.2f} to {reward[-1]:.2f}), {recent[-1]:.0%} of the "
+                    f"completions at step {step} were near-copies of the replies to other prompts: one reply "
+                    "for every prompt."),
+                    {**base, "collapse_share": [round(v, 3) for v in col], "collapse_steps": csteps,
+                     "examples": self._examples_for()}, out)
+
+        if unexplained and self._may_fire("length", step):
+            key = "length" if any(r["length"] is not None for r in self.rows) else "chars"
+            lsteps, lengths = self._series(key)
+            recent = _mean(lengths[-s["recent"]:]) if lengths else None
+            cap = self.max_new_tokens if key == "length" else None
+            up, lt = self._rises(lengths)
+            down, _ = self._falls(lengths)
+            evidence = {**base, "lengths": [round(v, 2) for v in lengths], "length_steps": lsteps,
+                        "length_trend": lt, "max_new_tokens": cap}
+            if up and cap and recent is not None and recent >= s["cap_share"] * cap:
+                self._fire("length", step, (
+                    f"While the reward rose ({reward[0]:.2f} to {reward[-1]:.2f}), the completions ran to the "
+                    f"length cap: {lengths[0]:.1f} to {lengths[-1]:.1f} tokens of {cap}."),
+                    {**evidence, "direction": "cap", "examples": self._examples_for(lambda x: -len(x[1]))}, out)
+            elif down and recent is not None and lengths and recent <= s["tiny_share"] * max(lengths[0], 1e-9):
+                self._fire("length", step, (
+                    f"While the reward rose ({reward[0]:.2f} to {reward[-1]:.2f}), the completions shrank to "
+                    f"almost nothing: {lengths[0]:.1f} to {lengths[-1]:.1f} {'tokens' if cap else 'characters'}."),
+                    {**evidence, "direction": "nothing", "examples": self._examples_for(lambda x: len(x[1]))}, out)
+
+        if self._may_fire("proxy", step):
+            names = sorted({k for r in self.rows[-s["window"]:] for k in r["components"]})
+            series = {n: self._series("components", n) for n in names}
+            ups, downs = {}, {}
+            for n, (_, values) in series.items():
+                up, t = self._rises(values)
+                if up:
+                    ups[n] = t
+                down, t = self._falls(values)
+                if down:
+                    downs[n] = t
+            if ups and downs:
+                a = max(ups, key=lambda n: ups[n]["z"])
+                b = min(downs, key=lambda n: downs[n]["z"])
+                va, vb = series[a][1], series[b][1]
+                self._fire("proxy", step, (
+                    f"The reward component '{a}' rose ({va[0]:.2f} to {va[-1]:.2f}) while '{b}' fell "
+                    f"({vb[0]:.2f} to {vb[-1]:.2f}) over steps {series[a][0][0]}-{step}: one part of the reward "
+                    "is taking over the others."),
+                    {**base, "rising": a, "falling": b, "components": {a: [round(v, 4) for v in va],
+                                                                       b: [round(v, 4) for v in vb]},
+                     "component_trends": {a: ups[a], b: downs[b]}, "examples": self._examples_for()}, out)
+        return out
+
+
+def watch_run_log(output_dir: Any, task_metrics: Iterable[str] = (), **options: Any) -> list[Alarm]:
+    """Replay a run log (a run folder or its ``events.jsonl``) through a new ``Watch``; the alarms it raises."""
+    from grpo_magic.events import read_run_log
+
+    watch = Watch(task_metrics, **options)
+    return watch.observe(read_run_log(output_dir, skipped=[]))
