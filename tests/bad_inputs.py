@@ -181,11 +181,11 @@ AGENT_ROWS: list[BadInput] = [
              env=agent_source(), params={"model": "./no-tools-model"}, setup="no_tool_template"),
 ]
 
-#: Envs made by an adapter (``grpo_magic.environment.adapters``) in the env module or cell, with a mistake the adapter names.
-RF_HEAD = ("from datasets import Dataset\nfrom grpo_magic.environment.adapters import from_reward_funcs\n\n"
+#: Envs made by an adapter (``grpo_magic.adapters``) in the env module or cell, with a mistake the adapter names.
+RF_HEAD = ("from datasets import Dataset\nfrom grpo_magic.adapters import from_reward_funcs\n\n"
            "DATA = Dataset.from_dict({'prompt': ['Say a: '] * 8, 'answer': ['a'] * 8})\n\n\n")
 RF_GOOD = "def has_a(prompts, completions, **kwargs):\n    return [float('a' in c) for c in completions]\n\n\n"
-RG_HEAD = "from grpo_magic.environment.adapters import from_reasoning_gym\n\n"
+RG_HEAD = "from grpo_magic.adapters import from_reasoning_gym\n\n"
 
 ADAPTER_ROWS: list[BadInput] = [
     BadInput("reward function with the wrong arity", ("'short'", "does not accept 'prompts'", "**kwargs"),

@@ -1,4 +1,4 @@
-"""Envs from other libraries (``grpo_magic.environment.adapters``): TRL reward functions and reasoning-gym tasks.
+"""Envs from other libraries (``grpo_magic.adapters``): TRL reward functions and reasoning-gym tasks.
 
 Real runs on the offline ``tiny`` model through each adapter, ``%grpo_check`` on each, a reasoning-gym
 task defined in a ``%%grpo_env`` cell by assignment, rescoring from the logged columns, the CLI
@@ -14,7 +14,7 @@ import pytest
 from datasets import Dataset
 
 from grpo_magic import GRPOMagicError, GRPOParams, read_run_log, register_env, rescore, train
-from grpo_magic.environment.adapters import from_reasoning_gym, from_reward_funcs
+from grpo_magic.adapters import from_reasoning_gym, from_reward_funcs
 from grpo_magic.environment.reward import EnvReward
 from grpo_magic.events import GroupScored
 
@@ -170,7 +170,7 @@ def test_chat_prompts_give_chat_completions_and_check_reports_the_env(shell):
 
     rows = [{"prompt": [{"role": "user", "content": f"Ask for item {i} politely."}], "item": i} for i in range(8)]
     shell.user_ns.update(polite=polite, rows=rows)
-    shell.run_cell_magic("grpo_env", "", "from grpo_magic.environment.adapters import from_reward_funcs\n"
+    shell.run_cell_magic("grpo_env", "", "from grpo_magic.adapters import from_reward_funcs\n"
                                          "Polite = from_reward_funcs([polite], rows)\n")
     report = shell.run_line_magic("grpo_check", "Polite --samples 2 --rl-max-new-tokens 4")
     assert report.env == "Polite" and report.episodes == 8 and report.error_count == 0
@@ -193,7 +193,7 @@ def test_reasoning_gym_scores_with_the_task_and_states_its_answer_format():
 
 
 def test_reasoning_gym_in_a_cell_by_assignment_checks_trains_and_rescores(shell):
-    spec = shell.run_cell_magic("grpo_env", "", "from grpo_magic.environment.adapters import from_reasoning_gym\n"
+    spec = shell.run_cell_magic("grpo_env", "", "from grpo_magic.adapters import from_reasoning_gym\n"
                                                 "Gym = from_reasoning_gym('basic_arithmetic', size=16, seed=3)\n")
     assert spec.name == "Gym" and spec.cls is shell.user_ns["Gym"] and spec.attr_name == "Gym"
     report = shell.run_line_magic("grpo_check", "Gym --samples 2 --rl-max-new-tokens 4")
@@ -233,7 +233,7 @@ def test_an_env_instance_registers_and_trains(tmp_path):
 
 
 def test_the_cli_trains_an_adapter_class_a_module_assigns(tmp_path, cli):
-    (tmp_path / "gym_envs.py").write_text("from grpo_magic.environment.adapters import from_reasoning_gym\n\n"
+    (tmp_path / "gym_envs.py").write_text("from grpo_magic.adapters import from_reasoning_gym\n\n"
                                           "Arith = from_reasoning_gym('basic_arithmetic', size=64)\n")
     base = ["train", "--model", "tiny", "--rl-env-module", "gym_envs",
             "--rl-env-class", "Arith", "--max-steps", "1", "--batch-size", "8", "--rl-num-generations", "4",
@@ -283,7 +283,7 @@ def test_build_dataset_may_return_a_dataframe_or_rows_and_says_so_in_one_line(sh
 
 
 def test_an_assigned_env_exports_under_its_name(shell, capsys):
-    shell.run_cell_magic("grpo_env", "", "from grpo_magic.environment.adapters import from_reasoning_gym\n"
+    shell.run_cell_magic("grpo_env", "", "from grpo_magic.adapters import from_reasoning_gym\n"
                                          "Gym = from_reasoning_gym('basic_arithmetic', size=8)\n")
     target = shell.run_line_magic("grpo_export", "Gym --to gym_env.py")
     assert "--rl-env-module gym_env --rl-env-class Gym" in capsys.readouterr().out

@@ -22,7 +22,7 @@ pytest.importorskip("openenv.core")
 from openenv.core import Action, Environment, MCPEnvironment, Observation, State  # noqa: E402
 
 from grpo_magic import GRPOMagicError, GRPOParams, check_env, read_run_log, train  # noqa: E402
-from grpo_magic.environment.openenv_adapter import from_openenv  # noqa: E402
+from grpo_magic.adapters import from_openenv  # noqa: E402
 from grpo_magic.events import GroupScored  # noqa: E402
 
 FAST = dict(model="tiny", batch_size=8, rl_num_generations=4, rl_max_new_tokens=8, seed=0)
@@ -146,7 +146,7 @@ def test_an_env_on_openenvs_base_classes_trains_with_scores_in_the_run_log_and_c
 
 def test_an_openenv_env_assigned_in_a_grpo_env_cell_checks_trains_and_rescores(shell):
     shell.user_ns["LettersEnvironment"] = LettersEnvironment
-    spec = shell.run_cell_magic("grpo_env", "", "from grpo_magic.environment.openenv_adapter import from_openenv\n"
+    spec = shell.run_cell_magic("grpo_env", "", "from grpo_magic.adapters.openenv import from_openenv\n"
                                                 "Letters = from_openenv(LettersEnvironment, letters='ab', n_prompts=8)\n")
     assert spec.name == "Letters" and spec.cls is shell.user_ns["Letters"]
     report = shell.run_line_magic("grpo_check", "Letters --samples 2 --rl-max-new-tokens 4")

@@ -183,7 +183,7 @@ def test_the_readme_says_what_each_extra_installs_and_starts_with_a_virtualenv()
 
 
 def test_importing_the_adapters_loads_no_heavy_library():
-    code = ("import sys, grpo_magic.environment.adapters; print(sorted(m for m in ('reasoning_gym', 'datasets', 'torch', "
+    code = ("import sys, grpo_magic.adapters; print(sorted(m for m in ('reasoning_gym', 'datasets', 'torch', "
             "'transformers', 'trl', 'trackio') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -83,8 +83,8 @@ def test_the_event_reference_lists_every_event_type():
 
 
 def test_the_adapters_guide_has_a_section_for_every_adapter():
-    """A new ``grpo_magic.environment.adapters.from_*`` gets its how-to section (its reference entry is generated)."""
-    import grpo_magic.environment.adapters as adapters
+    """A new ``grpo_magic.adapters.from_*`` gets its how-to section (its reference entry is generated)."""
+    import grpo_magic.adapters as adapters
 
     headings = re.findall(r"^## .*$", (DOCS / "how-to" / "adapters.md").read_text(), flags=re.MULTILINE)
     for name in (n for n in vars(adapters) if n.startswith("from_") and callable(getattr(adapters, n))):

@@ -15,7 +15,7 @@ import pytest
 vf = pytest.importorskip("verifiers.v1")
 
 from grpo_magic import GRPOMagicError, GRPOParams, check_env, read_run_log, rescore, train  # noqa: E402
-from grpo_magic.environment.verifiers_adapter import from_verifiers  # noqa: E402
+from grpo_magic.adapters import from_verifiers  # noqa: E402
 from grpo_magic.events import GroupScored  # noqa: E402
 
 FAST = dict(model="tiny", batch_size=8, rl_num_generations=4, rl_max_new_tokens=8, seed=0)
@@ -153,7 +153,7 @@ def test_a_taskset_trains_with_its_rubric_as_components_and_checks(tmp_path):
 
 def test_a_taskset_assigned_in_a_grpo_env_cell_checks_and_trains(shell):
     shell.user_ns["LettersTaskset"] = LettersTaskset
-    spec = shell.run_cell_magic("grpo_env", "", "from grpo_magic.environment.verifiers_adapter import from_verifiers\n"
+    spec = shell.run_cell_magic("grpo_env", "", "from grpo_magic.adapters.verifiers import from_verifiers\n"
                                                 "Letters = from_verifiers(LettersTaskset, limit=8)\n")
     assert spec.name == "Letters" and spec.cls is shell.user_ns["Letters"]
     report = shell.run_line_magic("grpo_check", "Letters --samples 2 --rl-max-new-tokens 4")

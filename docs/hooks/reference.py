@@ -169,7 +169,7 @@ def python_api() -> str:
 
 
 def adapters_api() -> str:
-    import grpo_magic.environment.adapters as adapters
+    import grpo_magic.adapters as adapters
 
     names = sorted(n for n in vars(adapters) if n.startswith("from_") and callable(getattr(adapters, n)))
     return _api_entries(adapters, names)

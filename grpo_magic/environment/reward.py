@@ -198,7 +198,7 @@ class EnvReward:
             record = self._agent_batch(step, env_prompts, completions, rows, environments)
         else:
             texts = [completion_text(c) for c in completions]
-            if callable(getattr(self.env, "score_completions", None)):  # a batched env (grpo_magic.environment.adapters)
+            if callable(getattr(self.env, "score_completions", None)):  # a batched env (grpo_magic.adapters)
                 outcomes = self.score_completions(env_prompts, completions, columns, trl_kwargs)
             else:
                 calls = [self._episode_kwargs(env_prompts[i], rows[i]) for i in range(len(texts))]

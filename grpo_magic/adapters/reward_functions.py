@@ -23,12 +23,11 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from grpo_magic.environment.env import as_dataset, say_converted
+from grpo_magic.environment.episodes import AsyncLoop
 from grpo_magic.errors import GRPOMagicError
 from grpo_magic.text import one_line
 from grpo_magic.trl_compat import REWARD_CALL_KWARGS, REWARD_KWARGS
-
-from .env import as_dataset, say_converted
-from .episodes import AsyncLoop
 
 __all__ = ["from_reasoning_gym", "from_reward_funcs"]
 

@@ -29,10 +29,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from grpo_magic.environment.episodes import AsyncLoop
 from grpo_magic.errors import GRPOMagicError
 from grpo_magic.text import one_line
-
-from .episodes import AsyncLoop
 
 __all__ = ["from_verifiers"]
 
