@@ -129,6 +129,30 @@ def test_one_noisy_step_is_not_a_trend():
     assert Watch(["task"]).observe(run_events(reward, tasks=[0.0] * 30)) == []
 
 
+def with_evals(events, evals):
+    """Insert ``eval_scored`` events after the step they belong to (step 0: before the first step)."""
+    events = list(events)
+    for step, mean in sorted(evals.items(), reverse=True):
+        event = {"type": "eval_scored", "step": step, "prompts": 160, "greedy_mean": mean,
+                 "greedy_ci": [mean - 0.07, mean + 0.07]}
+        at = 1 if step == 0 else next(i for i, e in enumerate(events)
+                                      if e["type"] == "step_logged" and e["step"] == step) + 1
+        events.insert(at, event)
+    return events
+
+
+@pytest.mark.unit
+def test_the_in_run_evaluation_counts_as_a_task_metric():
+    events = with_evals(run_events(rising()), {0: 0.30, 20: 0.27})
+    alarms = Watch(["eval"]).observe(events)
+    assert kinds(alarms) == ["divergence"] and alarms[0].step == 20
+    assert alarms[0].evidence["metric"] == "eval" and [e["step"] for e in alarms[0].evidence["evals"]] == [0, 20]
+    assert "held-out evaluation" in alarms[0].message
+    assert Watch(["eval"]).observe(with_evals(run_events(rising()), {0: 0.30, 20: 0.62})) == []
+    assert Watch(["eval"]).observe(with_evals(run_events(flat()), {0: 0.30, 20: 0.27})) == []
+    assert Watch(["task"]).observe(with_evals(run_events(rising(), tasks=rising()), {0: 0.3, 20: 0.27})) == []
+
+
 # ------------------------------------------------------------------------------------------------ degeneration
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 KINDS = ("divergence", "repetition", "collapse", "length", "proxy")
+EVAL = "eval"  # the task metric name of the in-run evaluation (EvalScored, --eval-steps)
 
 #: The defaults, and why, are in docs/watch.md ("The numbers").
 DEFAULTS: dict[str, Any] = {
@@ -244,7 +245,7 @@ class Watch:
     """Reward-hacking detectors over a run's events; ``observe_event(event) -> list[Alarm]``.
 
     ``task_metrics``: names of what measures the task itself: a reward component (``"task"`` reads
-    ``components/task``) or any metric TRL logs (``"kl"``...). Without them, divergence cannot be tested and the
+    ``components/task``), any metric TRL logs (``"kl"``...), or ``"eval"``: the in-run evaluation's held-out mean. Without them, divergence cannot be tested and the
     degeneration detectors test "the reward rises" alone. ``max_new_tokens`` is read from ``RunStarted`` when
     not given. ``cooldown``: None fires each kind once per run; a number of steps lets it fire again after that.
     Other keywords override ``DEFAULTS``.
@@ -264,6 +265,7 @@ class Watch:
         self._last_fired: dict[str, int] = {}
         self._groups: dict[int, list[Any]] = {}
         self._examples: list[dict[str, Any]] = []
+        self._evals: list[tuple[int, float, float]] = []  # (step, held-out mean, its standard error)
 
     # ----------------------------------------------------------------------------------------- feeding events
 
@@ -281,6 +283,9 @@ class Watch:
                 self._groups.setdefault(step, []).append(event)
         elif kind == "env_swapped":  # the reward means something else from here on: trends start again
             self.rows.clear()
+            self._evals.clear()
+        elif kind == "eval_scored":
+            return self._eval(event)
         elif kind == "step_logged":
             step = _get(event, "step")
             if isinstance(step, int):
@@ -359,6 +364,35 @@ class Watch:
 
     # ------------------------------------------------------------------------------------------- detectors
 
+    def _eval(self, event: Any) -> list[Alarm]:
+        """Divergence against the in-run evaluation (task metric ``"eval"``): the reward rose between the last two
+        evaluations (the rise test over the steps between them) and the held-out mean did not follow (its change,
+        plus task_se_k standard errors of the difference, is below ``follow`` x the reward's rise)."""
+        step, point = _get(event, "step"), _eval_point(event)
+        if not isinstance(step, int) or point is None:
+            return []
+        while self._evals and self._evals[-1][0] >= step:
+            self._evals.pop()
+        self._evals.append((step, *point))
+        if EVAL not in self.task_metrics or len(self._evals) < 2 or not self._may_fire("divergence", step):
+            return []
+        (s0, v0, se0), (s1, v1, se1) = self._evals[-2:]
+        span = [r for r in self.rows if s0 < r["step"] <= s1]
+        rewards = [r["reward"] for r in span]
+        rising, rt = self._rises(rewards, self.settings["min_rise"])
+        se = math.sqrt(se0 * se0 + se1 * se1)
+        if not rising or (v1 - v0) + self.settings["task_se_k"] * se >= self.settings["follow"] * rt["rise"]:
+            return []
+        out: list[Alarm] = []
+        self._fire("divergence", step, (
+            f"The reward rose from {rewards[0]:.2f} to {rewards[-1]:.2f} over steps {span[0]['step']}-{s1} while the "
+            f"held-out evaluation did not ({v0:.2f} at step {s0}, {v1:.2f} at step {s1}): the model may be gaming "
+            "the reward instead of doing the task."),
+            {"steps": [r["step"] for r in span], "reward": [round(v, 4) for v in rewards], "reward_trend": rt,
+             "metric": EVAL, "evals": [{"step": e[0], "mean": round(e[1], 4), "se": round(e[2], 4)}
+                                       for e in self._evals[-2:]], "examples": self._examples_for()}, out)
+        return out
+
     def _series(self, key: str, sub: str | None = None) -> tuple[list[int], list[float]]:
         rows = self.rows[-self.settings["window"]:]
         steps, values = [], []
@@ -412,6 +446,8 @@ class Watch:
         task_series: dict[str, list[float]] = {}
         task_trends: dict[str, dict[str, float]] = {}
         for name in self.task_metrics:
+            if name == EVAL:
+                continue  # sparse: tested when an evaluation arrives (_eval)
             _, values = self._series("tasks", name)
             if len(values) < s["min_steps"]:
                 continue
@@ -500,6 +536,21 @@ class Watch:
                                                                        b: [round(v, 4) for v in vb]},
                      "component_trends": {a: ups[a], b: downs[b]}, "examples": self._examples_for()}, out)
         return out
+
+
+def _eval_point(event: Any) -> tuple[float, float] | None:
+    """An evaluation's held-out mean (greedy, else sampled) and its standard error (from its 95% bootstrap
+    interval, else binomial over its prompts)."""
+    for mean_key, ci_key in (("greedy_mean", "greedy_ci"), ("sampled_mean", "sampled_ci")):
+        value = _number(_get(event, mean_key))
+        if value is None:
+            continue
+        ci = _get(event, ci_key)
+        if isinstance(ci, (list, tuple)) and len(ci) == 2 and all(_number(c) is not None for c in ci):
+            return value, (float(ci[1]) - float(ci[0])) / 3.92
+        prompts = _number(_get(event, "prompts")) or 0
+        return value, math.sqrt(max(0.0, value * (1 - value)) / prompts) if prompts else 0.0
+    return None
 
 
 def watch_run_log(output_dir: Any, task_metrics: Iterable[str] = (), **options: Any) -> list[Alarm]:
