@@ -1,4 +1,4 @@
-"""The reward-hacking watch measured on real training (issue 42; docs/watch.md reads the numbers).
+"""The reward-hacking watch measured on real training (issue 42; docs/explanation/watch.md reads the numbers).
 
     python bench/watch.py                       # train every run that has no log yet, replay all, write the JSON
     python bench/watch.py --seeds 3             # fewer seeds
@@ -188,7 +188,7 @@ def _kinds(summary: dict, mode: str) -> str:
 
 
 def markdown(results: dict) -> str:
-    """The tables of docs/watch.md ("Measured")."""
+    """The tables of docs/explanation/watch.md ("Measured")."""
     lines = ["| runs | seeds | task metrics | reward first 3 -> last 5 steps | alarms (with the task metrics) | "
              "first alarm at step | reward only: alarms |", "|---|---|---|---|---|---|---|"]
     for name, data in results["configs"].items():

@@ -1,7 +1,7 @@
 """Gameable environments: rewards a model can raise without doing the task, for the reward-hacking watch.
 
 Each env returns its reward with components (``{"score": x, "task": y, ...}``) and names the components that
-measure the task itself in the class attribute ``task_metrics`` (docs/watch.md, "Where the task metrics come
+measure the task itself in the class attribute ``task_metrics`` (docs/explanation/watch.md, "Where the task metrics come
 from"). The watch (``grpo_magic.watch``) alarms when the reward rises while those stay flat.
 
 - ``LetterHackEnv``: questions with a one-word answer; the reward pays for the letter ``a`` in the reply, the

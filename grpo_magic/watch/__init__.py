@@ -1,5 +1,5 @@
 """The reward-hacking watch (issue 42): detectors over a run's events that raise alarms when the reward rises and
-the task does not (docs/watch.md). Standard library only, so that importing it stays light."""
+the task does not (docs/explanation/watch.md). Standard library only, so that importing it stays light."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The reward-hacking watch: detectors fed one run event at a time (issue 42; the statistics: docs/watch.md).
+"""The reward-hacking watch: detectors fed one run event at a time (issue 42; the statistics: docs/explanation/watch.md).
 
 A ``Watch`` reads what the run log already records for every step (``RunStarted``'s parameters, each step's
 ``GroupScored`` groups, then its ``StepLogged`` metrics) and returns ``Alarm`` objects when, over a window of
@@ -30,7 +30,7 @@ from typing import Any
 KINDS = ("divergence", "repetition", "collapse", "length", "proxy")
 EVAL = "eval"  # the task metric name of the in-run evaluation (EvalScored, --eval-steps)
 
-#: The defaults, and why, are in docs/watch.md ("The numbers").
+#: The defaults, and why, are in docs/explanation/watch.md ("The numbers").
 DEFAULTS: dict[str, Any] = {
     "window": 16,          # steps in the trend window (the last W logged steps)
     "min_steps": 8,        # no test before this many logged steps
