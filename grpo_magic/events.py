@@ -182,6 +182,18 @@ class EvalScored(Event):
 
 
 @dataclass
+class AlarmRaised(Event):
+    """The reward-hacking watch fired (``grpo_magic.watch``; docs/explanation/watch.md): at ``step``, an alarm of
+    ``kind`` (divergence, repetition, collapse, length, proxy) with one sentence and its ``evidence``: the metric
+    values over the window and two or three example completions."""
+
+    step: int
+    kind: str
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class RunFinished(Event):
     """The end of a run: ``completed``, ``stopped`` or ``failed``, with the reason and what was saved."""
 
@@ -198,6 +210,7 @@ EVENT_TYPES_BY_CLASS: dict[type, str] = {
     EpisodeError: "episode_error",
     GroupScored: "group_scored",
     StepLogged: "step_logged",
+    AlarmRaised: "alarm_raised",
     EnvSwapped: "env_swapped",
     EvalScored: "eval_scored",
     RunFinished: "run_finished",

@@ -254,6 +254,9 @@ EXTRAS_FOR = {
             "torch and transformers 5.17 and needs an NVIDIA driver for CUDA 13",
     "qlora": "`--load-in-4bit` (QLoRA, with `--peft`), on a CUDA GPU",
     "reasoning-gym": "`from_reasoning_gym` ([adapters](../how-to/adapters.md))",
+    "openenv": "`from_openenv` ([adapters](../how-to/adapters.md)); not in one environment with `verifiers` (their "
+               "`mcp` versions conflict): CI tests each in a venv of its own",
+    "verifiers": "`from_verifiers` ([adapters](../how-to/adapters.md)); not in one environment with `openenv`",
     "trackio": "`--report-to trackio`: a local experiment tracker, no account (`trackio show` opens its dashboard)",
     "tensorboard": "`--report-to tensorboard` (event files in `OUTPUT_DIR/runs/`)",
     "test": "the test suite (the browser tests also need Debian's `chromium`)",
