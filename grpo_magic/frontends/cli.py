@@ -3,6 +3,14 @@
 Bad input exits with status 2 and one line on stderr, before any model loads. The same command
 works under ``torchrun``/``accelerate launch``: nothing here is notebook-only, and only the main
 process prints progress.
+
+Why argparse and not transformers' ``HfArgumentParser`` or TRL's ``TrlParser`` (both argparse subclasses that
+read a dataclass): the flags here come from ``GRPOParams``' field metadata (ranges, TRL's choices, why a bound
+holds) and from every other field of the installed ``GRPOConfig`` (``trl_settings``), with ``--no-x``
+booleans, JSON values and one-sentence errors with a did-you-mean. ``HfArgumentParser`` turns a bad value or an
+unknown flag into argparse's usage dump and exit, and reads the dataclass's types only, so the errors, the
+ranges and the TRL pass-through would be written around it anyway; a plain ``ArgumentParser`` subclass that
+raises instead of exiting is less code.
 """
 
 from __future__ import annotations
