@@ -1,1 +1,1 @@
-"""config."""
+"""``GRPOParams`` (every parameter declared once), TRL's other settings, recipes, the memory estimate."""

@@ -1,1 +1,1 @@
-"""launch."""
+"""Several processes, machines and the vLLM server from one command (accelerate launch's names)."""
