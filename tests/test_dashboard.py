@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import html as html_lib
 import io
 import json
 import math
+import re
 import subprocess
 import sys
 import threading
@@ -585,3 +587,146 @@ def test_progress_helpers() -> None:
     assert progress_bar(40, 40) == "[" + "=" * 20 + "]"
     assert shorten("a\n\n  b   c", 80) == "a ⏎ b c"
     assert shorten("x" * 50, 10) == "x" * 9 + "…"
+
+
+# ---- the reward-hacking watch's alarms (AlarmRaised): card, marker, text, replay --------------------------------
+
+
+def hacked_run(steps: int = 20, output_dir: str = "/tmp/run", completion: str = "aaaa aaaa aaaa") -> list:
+    """A gameable run's events: the reward rises, the task component stays at 0; the watch's alarm where it fires
+    (``grpo_magic.watch.Watch``, fed the same events as in a run), right after the step it fired at."""
+    from grpo_magic.events import AlarmRaised
+    from grpo_magic.watch import Watch
+
+    watch = Watch(["task"])
+    events: list = [RunStarted(params={"watch": ["task"]}, env_name="LetterHackEnv", model="tiny",
+                               output_dir=output_dir, max_steps=steps, time=T0),
+                    StatusChanged(status="training", time=T0)]
+    for s in range(1, steps + 1):
+        reward = 0.05 + 0.04 * s + 0.01 * (-1) ** s
+        events.append(group(s, 0, [reward, reward / 2, reward, 0.0], prompt="What do bees make? Answer in one word: ",
+                            completions=[completion, f"bee {s}", completion, "honey?"]))
+        logged = step_logged(s, reward, max_steps=steps)
+        logged.metrics["components/task"] = 0.0
+        events.append(logged)
+        for alarm in watch.observe(events[-2:]):
+            events.append(AlarmRaised(step=alarm.step, kind=alarm.kind, message=alarm.message,
+                                      evidence=alarm.evidence, time=T0 + s))
+    events.append(RunFinished(status="completed", output_dir=output_dir, steps=steps, time=T0 + steps + 1))
+    return events
+
+
+def _alarm_of(events: list):
+    return next(e for e in events if e.type == "alarm_raised")
+
+
+@pytest.mark.unit
+def test_an_alarm_shows_as_a_card_with_its_evidence_and_a_marker_on_the_curves() -> None:
+    events = hacked_run()
+    alarm = _alarm_of(events)
+    assert alarm.kind == "divergence" and 8 <= alarm.step <= 20
+    dash = Dashboard(interval_s=None)
+    assert dash.alarms_html == ""  # no card before an alarm
+    for event in events:
+        dash(event)
+    card = dash.alarms_html
+    assert card.count('class="grpo-alarm"') == 1
+    assert f'data-kind="divergence" data-step="{alarm.step}"' in card
+    assert html_lib.escape(alarm.message, quote=True) in card  # the one sentence
+    rows = re.findall(r'<tr class="grpo-evidence-row"><td[^>]*><b>([^<]+)</b>', card)
+    assert rows[:2] == ["reward", "task"]  # the window's reward and task metric, each with a sparkline
+    assert card.count('class="grpo-sparkline"') >= 2
+    assert 2 <= card.count('class="grpo-alarm-example"') <= 3 and "aaaa aaaa aaaa" in card
+    assert dash.alarms == [{"kind": "divergence", "step": alarm.step, "message": alarm.message,
+                            "evidence": alarm.evidence}]
+    # The marker: sent to the page with the curves, and the task metric drawn beside the reward.
+    sent = dash.curves_sent
+    assert [alarm.step, f"alarm: {alarm.kind}", "alarm"] in dash._live.feed.overlay[0]
+    reward = sent["spec"][0]
+    assert reward["key"] == "reward" and [s["col"] for s in reward["series"]] == ["reward", "components/task"]
+    assert reward["series"][1]["dashed"]
+    # The text form (a terminal, repr) lists it.
+    text = str(dash)
+    assert f"ALARM divergence at step {alarm.step}: The reward rose" in text and "task 0 → 0" in text
+
+
+@pytest.mark.unit
+def test_the_png_marks_the_alarm_step_on_every_panel() -> None:
+    from grpo_magic.dashboard.curves import ALARM_GID, ALARM_LABEL_GID
+
+    events = hacked_run()
+    alarm = _alarm_of(events)
+    dash = Dashboard(interval_s=None)
+    for event in events[: events.index(alarm)]:
+        dash(event)
+    assert dash.reward_png.startswith(PNG)
+    figure = dash._figure
+    assert not [line for ax in figure.axes for line in ax.lines if line.get_gid() == ALARM_GID]
+    dash(alarm)
+    assert dash.reward_png.startswith(PNG)
+    figure = dash._figure
+    drawn = [ax for ax in figure.axes if ax.get_visible()]
+    for ax in drawn:
+        marks = [line for line in ax.lines if line.get_gid() == ALARM_GID]
+        assert len(marks) == 1 and list(marks[0].get_xdata()) == [alarm.step, alarm.step], ax.get_title()
+    labels = [t.get_text().strip() for ax in drawn for t in ax.texts if t.get_gid() == ALARM_LABEL_GID]
+    assert labels == ["alarm: divergence"]  # named once, on the reward panel
+    reward_ax = drawn[0]
+    assert "task" in reward_ax.get_title() and any(line.get_label() == "task" for line in reward_ax.lines)
+
+
+@pytest.mark.unit
+def test_a_replayed_run_log_shows_its_alarm(tmp_path: Path) -> None:
+    from grpo_magic.dashboard.curves import ALARM_GID
+
+    log = RunLog(tmp_path)
+    events = hacked_run(output_dir=str(tmp_path))
+    for event in events:
+        log(event)
+    log.close()
+    assert '"type": "alarm_raised"' in (tmp_path / "events.jsonl").read_text()
+    alarm = _alarm_of(events)
+    again = replay(str(tmp_path))
+    assert again.alarms == [{"kind": alarm.kind, "step": alarm.step, "message": alarm.message,
+                             "evidence": json.loads(json.dumps(alarm.evidence))}]
+    assert 'class="grpo-alarm"' in again.alarms_html and "aaaa aaaa aaaa" in again.alarms_html
+    assert [alarm.step, "alarm: divergence", "alarm"] in again._live.feed.overlay[0]
+    assert again.reward_png.startswith(PNG)
+    assert any(line.get_gid() == ALARM_GID for line in again._figure.axes[0].lines)
+    assert f"ALARM divergence at step {alarm.step}" in str(again)
+
+
+@pytest.mark.unit
+def test_alarm_text_and_evidence_are_escaped_whatever_their_shape() -> None:
+    from grpo_magic.events import AlarmRaised
+
+    evil = "<script>alert('x')</script>"
+    dash = Dashboard(interval_s=None)
+    dash(started())
+    dash(AlarmRaised(step=3, kind="<b>kind</b>", message=f"reward rose {evil}", time=T0 + 3, evidence={
+        "steps": [1, 2, "<i>"], "reward": [0.1, "<img src=x onerror=alert(1)>", 0.3, float("nan")],
+        "tasks": {"<u>task</u>": [0.0, 0.0, 0.0], "bad": "not a list"},
+        "examples": [{"prompt": "<img src=x onerror=alert(1)>", "completion": evil, "score": "<s>",
+                      "components": {"<em>c</em>": 1.0}}, "not a dict", {"completion": "ok & fine", "score": 0.5}],
+        "evals": [{"step": "<x>", "mean": 0.5}, 7]}))
+    dash(AlarmRaised(step=4, kind="length", message="m", evidence="not a dict", time=T0 + 4))  # type: ignore[arg-type]
+    card = dash.alarms_html
+    assert card.count('class="grpo-alarm"') == 2
+    for raw in ("<script>", "<img", "<b>kind", "<u>", "<em>", "<i>", "<x>", "<s>"):
+        assert raw not in card, raw
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in card and "ok &amp; fine" in card
+    assert "reward rose &lt;script&gt;" in card and "&lt;u&gt;task&lt;/u&gt;" in card
+
+
+@pytest.mark.unit
+def test_a_resumed_run_drops_the_alarms_past_its_checkpoint() -> None:
+    events = hacked_run()
+    alarm = _alarm_of(events)
+    dash = Dashboard(interval_s=None)
+    for event in events[:-1]:
+        dash(event)
+    assert len(dash.alarms) == 1
+    dash(started())
+    dash(step_logged(alarm.step - 2))  # back to its checkpoint, before the alarm: its steps are trained again
+    assert dash.alarms == [] and dash.alarms_html == ""
+    assert not [m for m in dash.view.markers if len(m) > 2]

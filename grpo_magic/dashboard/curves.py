@@ -15,9 +15,12 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
-from .panels import AMBER, GREY, PANELS, Panel
+from .panels import AMBER, GREY, PANELS, RED, Panel
 
 GREEN = "#16a34a"  # held-out evaluations (``RunView.evals``)
+#: The ``gid`` of an alarm's line on every panel and of its label on the reward panel (tests and SVG exports
+#: find them by it).
+ALARM_GID, ALARM_LABEL_GID = "grpo-alarm", "grpo-alarm-label"
 
 
 def _named_lines(panel: Panel) -> bool:
@@ -82,12 +85,14 @@ class Curves:
                                             fontsize=8, alpha=0.6)
 
     def png(self, steps: array, metrics: dict[str, array], range_steps: array, range_min: array,
-            range_max: array, markers: Sequence[tuple[float, str]] = (),
+            range_max: array, markers: Sequence[tuple[Any, ...]] = (),
             evals: Sequence[dict[str, Any]] = ()) -> bytes:
         """The PNG of these arrays (a ``RunView``'s): every panel's data replaced, then one render.
 
         ``evals`` (``RunView.evals``): held-out evaluations, drawn on the reward panel as points with the
-        first one (the baseline, before training) as a horizontal line.
+        first one (the baseline, before training) as a horizontal line. ``markers`` (``RunView.markers``): a grey
+        dashed line on every panel at each step; an alarm's (kind ``"alarm"``) is red, and named on the reward
+        panel.
         """
         import numpy as np
 
@@ -141,8 +146,20 @@ class Curves:
             ax.tick_params(axis="y", labelleft=has)
             if (panel.group_range or _named_lines(panel)) and (len(x) or len(rx)):
                 self._legend(ax, panel)  # rebuilt: its handles copy the lines' markers
-            for step, _label in markers:
-                self.marks.append(ax.axvline(step, color=GREY, linewidth=1.0, linestyle="--"))
+            for mark in markers:
+                step, label = mark[0], mark[1]
+                if len(mark) > 2 and mark[2] == "alarm":
+                    self.marks.append(ax.axvline(step, color=RED, linewidth=1.3, linestyle="-", alpha=0.85,
+                                                 gid=ALARM_GID))
+                    if panel.key == "reward":
+                        lo, hi = ax.get_xlim()
+                        right = step > (lo + hi) / 2  # written on the side of the line with room
+                        text = f"{str(label)[:40]} " if right else f" {str(label)[:40]}"
+                        self.marks.append(ax.text(step, 0.98, text, transform=ax.get_xaxis_transform(), color=RED,
+                                                  fontsize=6, ha="right" if right else "left", va="top",
+                                                  gid=ALARM_LABEL_GID, parse_math=False))
+                else:
+                    self.marks.append(ax.axvline(step, color=GREY, linewidth=1.0, linestyle="--"))
             if panel.key == "reward" and evals:
                 self._draw_evals(ax, evals)
         buf = io.BytesIO()

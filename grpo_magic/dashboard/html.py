@@ -15,6 +15,7 @@ from grpo_magic.events import GroupScored
 from grpo_magic.redaction import redact
 from grpo_magic.text import format_duration
 
+from .panels import task_label
 from .state import RunView
 
 MAX_TEXT_CHARS = 20_000  # one completion or prompt shown in a card (the full text is in the run log)
@@ -342,3 +343,182 @@ def errors_html(view: RunView) -> str:
         f"<div>{view.error_total} episode errors (their completions got no reward)</div>"
         f'<ul style="margin:4px 0">{counts}</ul><div><b>latest</b></div>{latest}'
     )
+
+
+# ---------------------------------------------------------------- alarms of the reward-hacking watch
+
+ALARM_COLOR = "#dc2626"
+ALARM_STYLE = (f"border:1px solid {ALARM_COLOR};border-left:4px solid {ALARM_COLOR};border-radius:6px;"
+               "padding:8px 10px;margin:6px 0;background:rgba(220,38,38,.05);")
+MAX_EXAMPLES = 3  # example completions shown per alarm (the watch keeps two or three)
+MAX_EXAMPLE_CHARS = 600
+MAX_SERIES = 8  # evidence series shown per alarm
+#: Evidence series the card shows, beyond the reward and the task metrics: (key, the key of their steps, name).
+EVIDENCE_SERIES = (
+    ("repetitive_share", "repetitive_steps", "repetitive share"),
+    ("collapse_share", "collapse_steps", "near-copies share"),
+    ("lengths", "length_steps", "completion length"),
+)
+
+
+def _numbers(values: Any) -> list[float | None]:
+    """A list of finite numbers (None where a value is not one) from evidence that is data of any shape."""
+    if not isinstance(values, (list, tuple)):
+        return []
+    out: list[float | None] = []
+    for v in values[:500]:
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+        out.append(float(v) if ok else None)
+    return out
+
+
+def _fmt(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.1e}"
+
+
+def sparkline_svg(values: list[float | None], color: str = "#2563eb", width: int = 120, height: int = 22) -> str:
+    """A small inline SVG line of ``values`` (numbers only go into it; gaps break the line)."""
+    points = [(i, v) for i, v in enumerate(values) if v is not None]
+    if not points:
+        return ""
+    lo, hi = min(v for _, v in points), max(v for _, v in points)
+    span = hi - lo or 1.0
+    n = max(1, len(values) - 1)
+    segments: list[list[str]] = [[]]
+    for i, v in enumerate(values):
+        if v is None:
+            segments.append([])
+            continue
+        x = 1 + (width - 2) * i / n
+        y = height - 2 - (height - 4) * ((v - lo) / span if hi > lo else 0.5)
+        segments[-1].append(f"{x:.1f},{y:.1f}")
+    lines = "".join(f'<polyline points="{" ".join(seg)}" fill="none" stroke="{color}" stroke-width="1.5"/>'
+                    for seg in segments if len(seg) > 1)
+    dots = "".join(f'<circle cx="{seg[-1].split(",")[0]}" cy="{seg[-1].split(",")[1]}" r="1.8" fill="{color}"/>'
+                   for seg in segments[-1:] if seg)
+    return (f'<svg class="grpo-sparkline" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+            f'style="vertical-align:middle">{lines}{dots}</svg>')
+
+
+def evidence_series(evidence: dict[str, Any]) -> list[tuple[str, list[Any], list[float | None]]]:
+    """The metric values over the alarm's window: (name, steps, values), the reward first, then the task metrics,
+    then what the kind of alarm measured (a component that took over, repetition, near-copies, lengths)."""
+    steps = evidence.get("steps") if isinstance(evidence.get("steps"), list) else []
+    out: list[tuple[str, list[Any], list[float | None]]] = []
+    reward = _numbers(evidence.get("reward"))
+    if reward:
+        out.append(("reward", steps, reward))
+    named = {"reward"}
+    for group, label in (("tasks", task_label), ("components", lambda n: f"component: {n}")):
+        series = evidence.get(group)
+        if isinstance(series, dict):
+            for name, values in series.items():
+                shown = label(str(name))
+                if shown not in named and _numbers(values):
+                    named.add(shown)
+                    out.append((shown, steps, _numbers(values)))
+    for key, steps_key, name in EVIDENCE_SERIES:
+        values = _numbers(evidence.get(key))
+        if values:
+            own = evidence.get(steps_key)
+            out.append((name, own if isinstance(own, list) else steps, values))
+    return out[:MAX_SERIES]
+
+
+def _evidence_table(evidence: dict[str, Any]) -> str:
+    series = evidence_series(evidence)
+    evals = evidence.get("evals") if isinstance(evidence.get("evals"), list) else []
+    if not series and not evals:
+        return ""
+    colors = ("#2563eb", "#16a34a", "#7c3aed", "#d97706", "#0891b2", "#db2777", "#65a30d", "#6b7280")
+    rows = []
+    for i, (name, steps, values) in enumerate(series):
+        known = [v for v in values if v is not None]
+        first, last = (known[0], known[-1]) if known else (None, None)
+        span = ""
+        nums = [s for s in steps if isinstance(s, int) and not isinstance(s, bool)]
+        if nums:
+            span = f"steps {nums[0]}–{nums[-1]}"
+        every = ", ".join(_fmt(v) for v in values)
+        rows.append(
+            f'<tr class="grpo-evidence-row"><td style="padding:0 8px 0 0"><b>{esc(name)}</b></td>'
+            f'<td style="padding:0 8px 0 0">{sparkline_svg(values, colors[i % len(colors)])}</td>'
+            f'<td style="padding:0 8px 0 0;white-space:nowrap">{_fmt(first)} → <b>{_fmt(last)}</b></td>'
+            f'<td style="opacity:.7;white-space:nowrap">{esc(span)}</td>'
+            f'<td><details><summary style="font-size:11px;opacity:.8">values</summary>'
+            f'<code style="font-size:11px">{esc(every)}</code></details></td></tr>'
+        )
+    for e in evals[:4]:
+        if isinstance(e, dict):
+            mean = _numbers([e.get("mean")])
+            rows.append(f'<tr class="grpo-evidence-row"><td><b>held-out eval</b></td><td></td>'
+                        f'<td>{_fmt(mean[0] if mean else None)}</td><td style="opacity:.7">step {esc(e.get("step"))}'
+                        "</td><td></td></tr>")
+    return f'<table class="grpo-evidence" style="font-size:12px;margin:4px 0;border-collapse:collapse">{"".join(rows)}</table>'
+
+
+def _example_html(example: Any) -> str:
+    if not isinstance(example, dict):
+        return ""
+    score = _numbers([example.get("score")])
+    parts = [f"score {_fmt(score[0] if score else None)}"]
+    comps = example.get("components")
+    if isinstance(comps, dict):
+        for name, value in list(comps.items())[:6]:
+            v = _numbers([value])
+            parts.append(f"{name} {_fmt(v[0] if v else None)}")
+    prompt = str(example.get("prompt", ""))
+    head = prompt.strip().splitlines()[0][:120] if prompt.strip() else ""
+    return (
+        '<div class="grpo-alarm-example" style="margin:4px 0 0 0">'
+        f'<div style="font-size:11px;opacity:.85">{esc(" · ".join(parts))}'
+        + (f' · prompt <span style="opacity:.8">{esc(head)}</span>' if head else "")
+        + f'</div><pre style="{PRE_STYLE}">{esc(truncate(str(example.get("completion", "")), MAX_EXAMPLE_CHARS))}'
+        "</pre></div>"
+    )
+
+
+def alarm_card_html(alarm: dict[str, Any]) -> str:
+    """One alarm of the reward-hacking watch: its kind and step, the one-sentence message, the evidence (the
+    window's reward and task-metric values, a sparkline each) and two or three example completions. Everything
+    that comes from the run (the message, the evidence, the completions) is escaped."""
+    evidence = alarm.get("evidence") if isinstance(alarm.get("evidence"), dict) else {}
+    examples = evidence.get("examples") if isinstance(evidence.get("examples"), list) else []
+    shown = "".join(_example_html(e) for e in examples[:MAX_EXAMPLES])
+    return (
+        f'<div class="grpo-alarm" data-kind="{esc(alarm.get("kind", ""))}" data-step="{esc(alarm.get("step", ""))}" '
+        f'style="{ALARM_STYLE}">'
+        f'<div><span style="{BADGE}background:{ALARM_COLOR};margin-left:0">⚠ alarm</span> '
+        f'<b>{esc(alarm.get("kind", ""))}</b> at step <b>{esc(alarm.get("step", ""))}</b></div>'
+        f'<div class="grpo-alarm-message" style="margin:4px 0">{esc(alarm.get("message", ""))}</div>'
+        f"{_evidence_table(evidence)}"
+        + (f'<div style="font-size:12px;margin-top:4px"><b>example completions</b></div>{shown}' if shown else "")
+        + "</div>"
+    )
+
+
+def alarms_html(view: RunView) -> str:
+    """The alarm cards of a run, in the order they fired; "" when none fired."""
+    if not view.alarms:
+        return ""
+    head = (f'<div style="font-size:13px;color:{ALARM_COLOR}"><b>Reward-hacking watch: {len(view.alarms)} '
+            f"alarm{'s' if len(view.alarms) != 1 else ''}</b> (red lines on the curves; "
+            "docs/explanation/watch.md says what each kind tests)</div>")
+    return f'<div class="grpo-alarms-list">{head}{"".join(alarm_card_html(a) for a in view.alarms)}</div>'
+
+
+def alarms_text(view: RunView) -> str:
+    """The alarms in words, for a terminal and ``repr``: one line each, and the window's first and last values."""
+    lines = []
+    for alarm in view.alarms:
+        evidence = alarm.get("evidence") if isinstance(alarm.get("evidence"), dict) else {}
+        lines.append(f"ALARM {redact(str(alarm.get('kind', '')))} at step {alarm.get('step')}: "
+                     f"{redact(str(alarm.get('message', '')))}")
+        values = []
+        for name, _steps, series in evidence_series(evidence)[:4]:
+            known = [v for v in series if v is not None]
+            if known:
+                values.append(f"{name} {_fmt(known[0])} → {_fmt(known[-1])}")
+        if values:
+            lines.append("  window: " + "; ".join(values))
+    return "\n".join(lines)

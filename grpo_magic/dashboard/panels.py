@@ -4,7 +4,10 @@ The live chart (``live``: uPlot in the page) and the picture (``curves``: a matp
 replays, exports and frontends without widgets) draw the same panels from this table, and the view
 model (``state``) keeps exactly the metrics they name. ``RunView.panels()`` is what a run shows:
 these, the optional ones that have data (TRL's tool metrics), and one line per reward component.
-A step marked on every panel (an env swap) is an entry in ``RunView.markers``.
+A step marked on every panel (an env swap, an alarm of the reward-hacking watch) is an entry in
+``RunView.markers``. The task metrics a run names (its ``watch`` parameter, the env's ``task_metrics``) are
+drawn beside the reward, dashed, on the reward panel (``reward_panel``), so that a reward that rises while the
+task stays flat shows in one picture.
 """
 
 from __future__ import annotations
@@ -79,6 +82,24 @@ def components_panel(names: tuple[str, ...]) -> Panel:
     return Panel("components", "reward components (mean)",
                  tuple(Series(COMPONENT_PREFIX + n, COMPONENT_COLORS[i % len(COMPONENT_COLORS)], n)
                        for i, n in enumerate(names)))
+
+
+def task_label(name: str) -> str:
+    """A task metric's name as the curves and alarm cards show it (``task``, ``task: valid``)."""
+    return name if "task" in name.lower() else f"task: {name}"
+
+
+def reward_panel(task_names: tuple[str, ...] = (), colors: dict[str, str] | None = None) -> Panel:
+    """The reward panel, with the run's task metrics (reward components, ``components/<name>``) as dashed lines
+    beside the mean reward, in the colors of their lines on the components panel (``colors``)."""
+    if not task_names:
+        return PANELS[0]
+    colors = colors or {}
+    tasks = tuple(Series(COMPONENT_PREFIX + n, colors.get(n, COMPONENT_COLORS[i % len(COMPONENT_COLORS)]),
+                         task_label(n), dashed=True) for i, n in enumerate(task_names))
+    base = PANELS[0]
+    return dataclasses.replace(base, title="mean reward (± std, min/max) · task (dashed)",
+                               series=base.series + tasks)
 
 
 def curve_metrics(panels: tuple[Panel, ...] = PANELS + OPTIONAL) -> tuple[str, ...]:

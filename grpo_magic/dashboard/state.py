@@ -16,6 +16,7 @@ from collections import OrderedDict, deque
 from typing import Any
 
 from grpo_magic.events import (
+    AlarmRaised,
     EnvSwapped,
     EpisodeError,
     EvalScored,
@@ -28,13 +29,25 @@ from grpo_magic.events import (
 )
 from grpo_magic.text import finite
 
-from .panels import COMPONENT_PREFIX, OPTIONAL, PANELS, Panel, components_panel, curve_metrics
+from .panels import COMPONENT_PREFIX, OPTIONAL, PANELS, Panel, components_panel, curve_metrics, reward_panel
 
 # Metrics kept per logged step for the curves (the panels' metrics); everything else TRL logs
 # stays in the run log.
 CURVE_METRICS = curve_metrics()
 LATEST_ERRORS = 5  # tracebacks kept for the errors panel
 MAX_COMPONENTS = 12  # curves kept; an env that invents a name per episode must not grow the view forever
+MAX_ALARMS = 50  # alarm cards kept (each kind fires once per run by default; a cooldown may fire more)
+ALARM = "alarm"  # the kind of a marker that an alarm of the reward-hacking watch put on the curves
+
+
+def task_names_of(value: Any) -> list[str]:
+    """Task metric names from a run's ``watch`` parameter or an env's ``task_metrics``: a name, a comma-separated
+    string, or a list of names; anything else gives none (a run log is data, of any shape)."""
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, (list, tuple)):
+        return []
+    return [n.strip() for n in value if isinstance(n, str) and n.strip()]
 
 
 def cut_from(step: float, steps: array, *columns: array) -> None:
@@ -70,9 +83,16 @@ class RunView:
         self.range_max = array("d")
         self.curves_version = 0  # bumped by StepLogged (a new point on every curve) and by a new marker
         self.cuts = 0  # bumped when a resumed run drops history: drawings kept from before are stale
-        # Steps marked on every curve, as (step, label): the seam for events that change a run
-        # midway (an env swapped in, say); nothing adds one yet.
-        self.markers: list[tuple[float, str]] = []
+        # Steps marked on every curve, as (step, label), or (step, label, kind) for a kind the renderers draw
+        # their own way (``ALARM``): an env swapped in, an alarm of the reward-hacking watch.
+        self.markers: list[tuple[Any, ...]] = []
+        #: Alarms of the reward-hacking watch (``AlarmRaised``): dicts with ``kind``, ``step``, ``message`` and
+        #: ``evidence`` (as ``run.alarms``), for the alarm cards; each is a marker on the curves too.
+        self.alarms: list[dict[str, Any]] = []
+        self.alarms_version = 0
+        #: The task metrics the run names (``watch`` in its parameters, an alarm's evidence): drawn beside the
+        #: reward when they are reward components.
+        self.task_names: list[str] = []
         self.range_version = 0  # bumped by GroupScored: drawn with the next step, or at a flush
         # Groups: the last max_group_steps steps in memory, older ones in the run log.
         self.groups_mem: OrderedDict[int, list[GroupScored]] = OrderedDict()
@@ -117,6 +137,8 @@ class RunView:
             self.max_steps = event.max_steps
             self.t_start = self.t_last = event.time
             self.groups_mem.clear()  # a resumed run re-scores steps from its checkpoint on: those groups come anew
+            for key in ("watch", "task_metrics"):
+                self._add_task_names(task_names_of(self.params.get(key)))
             return True
         self.t_last = event.time if self.t_last is None else max(self.t_last, event.time)
         if self.t_start is None:
@@ -142,6 +164,9 @@ class RunView:
             self.swaps.append(event)
             self.add_marker(event.step, f"env swapped to {event.class_name}")  # a marker on the curves
             return True
+        elif isinstance(event, AlarmRaised):
+            self._apply_alarm(event)
+            return True
         elif isinstance(event, EvalScored):
             self.evals.append({"step": event.step, "greedy_mean": event.greedy_mean, "sampled_mean": event.sampled_mean,
                                "pass_at_k": dict(event.pass_at_k), "baseline": event.baseline,
@@ -165,6 +190,9 @@ class RunView:
         if self.steps and event.step < self.steps[-1]:  # a resumed run went back to its checkpoint
             cut_from(event.step, self.steps, *self.metrics.values(), *self.components.values())
             self.markers = [m for m in self.markers if m[0] < event.step]
+            if any(a["step"] >= event.step for a in self.alarms):
+                self.alarms = [a for a in self.alarms if a["step"] < event.step]
+                self.alarms_version += 1
             self.cuts += 1
         self.step = event.step
         self.last_metrics = event.metrics
@@ -184,6 +212,23 @@ class RunView:
                 for name, value in new.items():
                     series[name].append(math.nan if value is None else value)
         self.curves_version += 1
+
+    def _apply_alarm(self, event: AlarmRaised) -> None:
+        evidence = event.evidence if isinstance(event.evidence, dict) else {}
+        if len(self.alarms) < MAX_ALARMS:
+            self.alarms.append({"kind": str(event.kind), "step": event.step, "message": str(event.message),
+                                "evidence": evidence})
+            self.alarms_version += 1
+            self.add_marker(event.step, f"alarm: {event.kind}", ALARM)
+        tasks = evidence.get("tasks")
+        self._add_task_names(list(tasks) if isinstance(tasks, dict) else [])
+        self._add_task_names(task_names_of(evidence.get("metric")))
+
+    def _add_task_names(self, names: list[str]) -> None:
+        for name in names:
+            if name not in self.task_names and len(self.task_names) < MAX_COMPONENTS:
+                self.task_names.append(name)
+                self.curves_version += 1
 
     def _component_values(self, metrics: dict[str, Any]) -> dict[str, float | None]:
         """This step's ``components/<name>``; a name seen for the first time gets NaN for the earlier steps."""
@@ -259,11 +304,19 @@ class RunView:
         extra = [p for p in OPTIONAL if any(v == v for s in p.series for v in self.metrics[s.metric][-200:])]
         if self.components:
             extra.append(components_panel(tuple(self.components)))
+        tasks = self.task_components()
+        if tasks:
+            colors = {s.label: s.color for s in extra[-1].series}
+            return (reward_panel(tasks, colors), *PANELS[1:], *extra)
         return PANELS + tuple(extra)
 
-    def add_marker(self, step: float, label: str) -> None:
-        """Mark ``step`` on every curve (e.g. where an env was swapped in)."""
-        self.markers.append((float(step), str(label)))
+    def task_components(self) -> tuple[str, ...]:
+        """The task metrics of this run that are reward components with data: drawn beside the reward."""
+        return tuple(n for n in self.task_names if n in self.components)
+
+    def add_marker(self, step: float, label: str, kind: str = "") -> None:
+        """Mark ``step`` on every curve (e.g. where an env was swapped in); ``kind`` ``ALARM`` for an alarm."""
+        self.markers.append((float(step), str(label), kind) if kind else (float(step), str(label)))
         self.curves_version += 1
 
     def latest_group_step(self) -> int | None:

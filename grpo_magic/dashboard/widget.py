@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from grpo_magic.events import (
+    AlarmRaised,
     EnvSwapped,
     Event,
     GroupScored,
@@ -51,7 +52,7 @@ RENDER_INTERVAL = 0.25  # seconds between the renderer's folds: a few times a se
 _IDLE_EXIT = 5.0  # the renderer thread ends after this long without events (the next event starts it again)
 _SLOW_PARTS_S = 1.0  # header and progress, step selector, group cards, errors, notes: at most once a second
 _END_WAIT = 2.0  # the longest the end of a run waits for a render in progress
-_SHOW_AT_ONCE = (RunStarted, StatusChanged, RunFinished, EnvSwapped)  # the renderer wakes for these
+_SHOW_AT_ONCE = (RunStarted, StatusChanged, RunFinished, EnvSwapped, AlarmRaised)  # the renderer wakes for these
 
 
 class Dashboard:
@@ -109,6 +110,7 @@ class Dashboard:
         if on_stop is None:
             self._stop_button.layout.display = "none"
         self._info = widgets.HTML()
+        self._alarms = widgets.HTML()  # the reward-hacking watch's alarm cards (empty until one fires)
         self._live = LiveCurves(self._lock, on_select=self.select_step)
         self._curves = self._live.widget
         self._step_select = widgets.Dropdown(
@@ -128,6 +130,7 @@ class Dashboard:
                 self._header,
                 widgets.HBox([self._progress, self._progress_text, self._stop_button]),
                 self._info,
+                self._alarms,
                 self._curves,
                 widgets.HBox([widgets.HTML("<b>Group rollouts</b>"), self._step_select]),
                 self._groups,
@@ -141,6 +144,7 @@ class Dashboard:
             (self._progress_text, "grpo-progress-text"),
             (self._stop_button, "grpo-stop"),
             (self._info, "grpo-info"),
+            (self._alarms, "grpo-alarms"),
             (self._step_select, "grpo-step-select"),
             (self._groups, "grpo-groups-view"),
             (self._errors_box, "grpo-errors"),
@@ -306,6 +310,17 @@ class Dashboard:
         return self._rendered.get("groups_html", "")
 
     @property
+    def alarms_html(self) -> str:
+        """The alarm cards (the reward-hacking watch's ``AlarmRaised`` events) as shown; "" when none fired."""
+        self.flush()
+        return self._alarms.value
+
+    @property
+    def alarms(self) -> list[dict[str, Any]]:
+        """The alarms shown, as ``run.alarms`` gives them: dicts with ``kind``, ``step``, ``message``, ``evidence``."""
+        return [dict(a) for a in self.folded().alarms]
+
+    @property
     def selected_step(self) -> int:
         """The step whose groups are shown (``LATEST`` follows the run)."""
         return self._selected
@@ -347,10 +362,12 @@ class Dashboard:
                 pass
 
     def __str__(self) -> str:
-        """The dashboard in words: title and status, progress, model and folder, the curves' latest values."""
+        """The dashboard in words: title and status, progress, model and folder, the alarms (one line each, and
+        their window's values), the curves' latest values."""
         view = self.folded()
-        parts = [html.header_html(view), html.progress_text(view), html.info_html(view), summary_html(view)]
-        return "\n".join(text for text in map(_plain, parts) if text)
+        parts = [html.header_html(view), html.progress_text(view), html.info_html(view)]
+        text = [t for t in map(_plain, parts) if t] + [html.alarms_text(view), _plain(summary_html(view))]
+        return "\n".join(t for t in text if t)
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(str(self))
@@ -422,6 +439,7 @@ class Dashboard:
             self._render_select()
             self._render_groups()
             self._render_errors()
+            self._render_alarms()
         self.render_count += 1
         self.render_seconds += time.perf_counter() - t0
 
@@ -532,6 +550,12 @@ class Dashboard:
                 content = f"<i>the groups of step {step} are not in memory, and no run log has them</i>"
         self._rendered["groups_html"] = content
         self._groups.value = f'<div class="grpo-groups">{content}</div>'
+
+    def _render_alarms(self) -> None:
+        if self._rendered.get("alarms_version") == self.view.alarms_version:
+            return
+        self._rendered["alarms_version"] = self.view.alarms_version
+        self._alarms.value = html.alarms_html(self.view)
 
     def _render_errors(self) -> None:
         if self._rendered.get("errors_version") == self.view.errors_version and "errors" in self._rendered:

@@ -2,7 +2,8 @@
 //
 // Python sends what is new (custom widget messages): "reset" (every row so far), "append" (rows from
 // `start` on: the last row held is sent again, as TRL may log a step twice) and "overlay" (markers,
-// evaluations). The page keeps the series and draws them; nothing waits for it in the kernel. The
+// evaluations). A marker is [step, label] (grey, dashed: an env swap) or [step, label, "alarm"] (red, solid:
+// the reward-hacking watch fired; its label is written on the reward panel). The page keeps the series and draws them; nothing waits for it in the kernel. The
 // panels, notes and header text come as synced traits (`spec`, `notes`, `caption`), so a page opened
 // later asks for the rows with "hello". A click on the reward curve sends {kind: "select", step}.
 // (uPlot is prepended to this file by live.py, as the global `uPlot`.)
@@ -179,13 +180,30 @@ function render({ model, el }) {
       ctx.setLineDash([5 * devicePixelRatio, 4 * devicePixelRatio]);
       ctx.strokeStyle = "#6b7280";
       ctx.lineWidth = devicePixelRatio;
-      for (const [step] of st.markers) {
+      let alarms = 0;
+      for (const [step, label, kind] of st.markers) {
         const x = u.valToPos(step, "x", true);
+        const alarm = kind === "alarm"; // the reward-hacking watch: a solid red line, named on the reward panel
+        if (alarm) alarms += 1;
+        ctx.save();
+        if (alarm) {
+          ctx.setLineDash([]);
+          ctx.strokeStyle = "#dc2626";
+          ctx.lineWidth = 1.5 * devicePixelRatio;
+        }
         ctx.beginPath();
         ctx.moveTo(x, top);
         ctx.lineTo(x, top + height);
         ctx.stroke();
+        if (alarm && panel.key === "reward" && label) {
+          ctx.fillStyle = "#dc2626";
+          ctx.font = `${10 * devicePixelRatio}px sans-serif`;
+          ctx.textBaseline = "top";
+          ctx.fillText(String(label).slice(0, 40), x + 3 * devicePixelRatio, top + 2 * devicePixelRatio);
+        }
+        ctx.restore();
       }
+      if (panel.key === "reward") root.dataset.alarms = String(alarms);
       if (panel.key === "reward" && st.evals.length) {
         // held-out evaluations: a diamond each, and a dotted line at the first one's value (the baseline),
         // per color (one run live; each compared run in its own line's color)
