@@ -183,6 +183,18 @@ class GRPOParams:
         "(num_generations_eval in GRPOConfig).", "Evaluation", ge=1, trl="num_generations_eval",
     )
 
+    # The reward-hacking watch (docs/explanation/watch.md)
+    watch: str | None = _p(
+        None, "Task metrics the reward-hacking watch compares the reward with: names of the env's score components "
+        "or eval (the in-run evaluation), comma-separated; empty: the env's task_metrics attribute; none: no watch.",
+        "Evaluation", metric_names=True, placeholder="the env's task_metrics",
+    )
+    on_alarm: str = _p(
+        "warn", "What a reward-hacking alarm does: warn (an alarm in the run log, the progress and the trackers) or "
+        "stop (the run also ends as the Stop button does, with a checkpoint).", "Evaluation",
+        choices=("warn", "stop"),
+    )
+
     # Output
     logging_steps: int = _p(1, "Log metrics every this many steps.", "Output", ge=1, trl="logging_steps")
     save_steps: int = _p(500, "Save a checkpoint every this many steps.", "Output", ge=1, trl="save_steps")
@@ -350,6 +362,8 @@ class GRPOParams:
             if not isinstance(parsed, dict):
                 return (f"{label} must be a JSON object, got {type(parsed).__name__}; write the constructor's keyword "
                         "arguments as one, such as '{\"max_turns\": 3}'.")
+        if meta.get("metric_names") and (problem := _metric_names_problem(value, label)):
+            return problem
         if meta.get("path") and (not value.strip() or "\x00" in value):
             return f"{label} must name a folder, got {value!r}; {cls._use(name, 'use a folder name')}."
         if meta.get("url") and not value.startswith(("http://", "https://")):
@@ -422,6 +436,13 @@ class GRPOParams:
 
             if problem := four_bit_problem(self.peft, use_vllm=self.use_vllm):
                 found.append(("load_in_4bit", problem))
+        watched = watch_names(self.watch)
+        if watched is not None and "eval" in watched and self.eval_steps is None:
+            found.append(("watch", "watch (--watch) names eval, the in-run evaluation, but no --eval-steps is set; "
+                                   "add --eval-steps 20, say, or watch a score component instead."))
+        if watched is None and self.on_alarm == "stop":
+            found.append(("on_alarm", "on_alarm (--on-alarm) stop needs the watch, and --watch none turns it off; "
+                                      "drop --watch none, or use --on-alarm warn."))
         if (self.rl_env_module is None) != (self.rl_env_class is None):
             missing = "rl_env_class (--rl-env-class)" if self.rl_env_class is None else "rl_env_module (--rl-env-module)"
             given = "--rl-env-module" if self.rl_env_class is None else "--rl-env-class"
@@ -518,6 +539,28 @@ class GRPOParams:
 
 
 _UNSET: Any = object()
+
+#: ``--watch none``: no reward-hacking watch for the run.
+WATCH_OFF = "none"
+
+
+def watch_names(value: str | None) -> tuple[str, ...] | None:
+    """``--watch``'s task metric names: None for ``none`` (no watch), ``()`` for empty (the env's own)."""
+    if value is None or not value.strip():
+        return ()
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    return None if names == (WATCH_OFF,) else names
+
+
+def _metric_names_problem(value: str, label: str) -> str | None:
+    names = [n.strip() for n in value.split(",")]
+    bad = next((n for n in names if not n or not all(c.isalnum() or c in "_-./" for c in n)), None)
+    if bad is not None:
+        return (f"{label} must be metric names separated by commas, got {value!r}; use e.g. --watch task or "
+                "--watch task,valid (the env's score components), eval, or none.")
+    if WATCH_OFF in names and len(names) > 1:
+        return f"{label} cannot name none together with metrics, got {value!r}; use --watch none alone to turn it off."
+    return None
 
 
 def _differs(value: Any, default: Any) -> bool:

@@ -27,6 +27,8 @@ from grpo_magic.errors import GRPOMagicError
 from grpo_magic.redaction import redact
 
 PROG = "grpo-magic"
+#: The exit status of a run that ``--on-alarm stop`` ended (the reward-hacking watch; 130/143 are the signals').
+ALARM_EXIT_STATUS = 3
 
 
 class ArgumentError(GRPOMagicError):
@@ -405,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         end_distributed(barrier=run is not None and run.status in ("completed", "stopped"))
     if is_main_process():
         if run.status == "stopped":
-            why = f" ({run.stop_reason})" if run.stop_reason in EXIT_STATUS else ""
+            why = f" ({run.stop_reason})" if run.stop_reason in EXIT_STATUS else f" ({run.reason})" if run.alarms else ""
             print(f"{PROG}: stopped after {run.step} steps{why}; a checkpoint, the weights and the run log are in "
                   f"{run.output_dir} (--resume continues from there)", file=sys.stderr)
         else:
@@ -417,6 +419,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{len(tail)} steps", file=sys.stderr)
     if run.status == "completed":
         return 0
+    if run.status == "stopped" and run.stop_reason not in EXIT_STATUS and run.alarms:
+        return ALARM_EXIT_STATUS  # --on-alarm stop: the reward-hacking watch stopped the run
     return EXIT_STATUS.get(run.stop_reason or "", EXIT_STATUS["SIGINT"]) if run.status == "stopped" else 1
 
 

@@ -3,7 +3,8 @@
 It folds each event into the same ``RunView`` the notebook dashboard renders, and prints: one
 progress line per logged step (updated in place with a carriage return on a TTY, one line per step
 otherwise, so that logs and CI output stay readable), a short look at the latest group(s) every few
-steps, status changes, env swaps, the first error of each kind, and the final line.
+steps, status changes, env swaps, the first error of each kind, one line per reward-hacking alarm, and the
+final line.
 
 Long work outside a run (``%grpo_eval``) says its progress in a notebook on one line that updates
 (``updating_line``).
@@ -19,6 +20,7 @@ from typing import TextIO
 
 from grpo_magic.dashboard.state import RunView
 from grpo_magic.events import (
+    AlarmRaised,
     EnvSwapped,
     EpisodeError,
     EvalScored,
@@ -43,6 +45,11 @@ def eval_line(event: EvalScored) -> str:
     what = "baseline" if event.baseline else f"step {event.step}"
     return (f"grpo: held-out eval ({what}, {plural(event.prompts, 'prompt')}): {', '.join(p for p in parts if p)}"
             f" in {event.seconds:.1f} s")
+
+
+def alarm_line(event: AlarmRaised) -> str:
+    """One line per reward-hacking alarm: ``grpo: ALARM (divergence) at step 12: The reward rose ...``."""
+    return f"grpo: ALARM ({event.kind}) at step {event.step}: {shorten(event.message, 400)}"
 
 
 def progress_bar(done: int, total: int, width: int = _BAR_WIDTH) -> str:
@@ -139,6 +146,8 @@ class TerminalProgress:
                                  f"({event.env_name}, source {event.source_hash}{previous})")
             elif isinstance(event, EvalScored):
                 self._write_line(eval_line(event))
+            elif isinstance(event, AlarmRaised):
+                self._write_line(alarm_line(event))
             elif isinstance(event, StepLogged):
                 self._on_step(event)
             elif isinstance(event, RunFinished):

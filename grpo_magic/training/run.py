@@ -21,6 +21,7 @@ from grpo_magic.environment.swap import prepare_swap, source_hash, swap_spec
 from grpo_magic.errors import GRPOMagicError
 from grpo_magic.events import (
     RUN_LOG_NAME,
+    AlarmRaised,
     EnvSwapped,
     EpisodeError,
     EvalScored,
@@ -58,6 +59,7 @@ from .folders import describe_resume, new_run_folder, resume_folder, set_aside_o
 from .preflight import prepare
 from .resume import checkpoint_step, checkpoint_to_resume, complete_checkpoint, run_before
 from .run_evals import eval_dict, eval_event, evals_before
+from .watching import RunWatch, alarm_dict, watched_metrics
 
 FINAL_STATUSES = ("completed", "stopped", "failed")
 #: Why a run stopped, by what asked for it: run.stop() (button, %grpo_stop) or a signal (``signals``).
@@ -124,6 +126,11 @@ class GRPORun:
         #: Evaluations on the held-out prompts (``--eval-steps``), from ``EvalScored`` events: ``step``,
         #: ``greedy_mean``, ``sampled_mean``, ``pass_at_k``, ``baseline``, ``rows``... (docs/architecture.md, "Evaluation").
         self.evals: list[dict[str, Any]] = []
+        #: The reward-hacking watch's alarms (``AlarmRaised`` events): ``kind``, ``step``, ``message``, ``evidence``
+        #: (docs/explanation/watch.md).
+        self.alarms: list[dict[str, Any]] = []
+        #: The watch subscribed to this run's events (None: ``--watch none``, or another process of a launch).
+        self.watch: RunWatch | None = None
         # What swap_env checks a new env against, and the reward adapter it hands it to.
         self._prepared: PreparedEnv | None = None
         self._tokenizer: Any = None
@@ -256,6 +263,8 @@ class GRPORun:
                                "source_hash": event.source_hash})
         elif isinstance(event, EvalScored):
             self.evals.append(eval_dict(event))
+        elif isinstance(event, AlarmRaised):
+            self.alarms.append(alarm_dict(event))
         elif isinstance(event, EpisodeError):
             self.error_count += 1
             self.errors.append({"step": event.step, "index": event.index, "kind": event.kind,
@@ -363,8 +372,11 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         event = eval_event(prepared, params, reward, step, metrics, records, seconds, baseline=not run.evals)
         eval_cost["seconds"] += event.seconds
         run.events.emit(event)
+        if run.watch is not None:  # its alarms follow the evaluation they judge
+            run.watch.flush(run.events.emit)
 
-    def on_log(step: int, logs: dict[str, Any], max_steps: int, epoch: float | None, elapsed: float) -> None:
+    def on_log(step: int, logs: dict[str, Any], max_steps: int, epoch: float | None,
+               elapsed: float) -> dict[str, Any] | None:
         if eval_cost["seconds"]:  # the evaluations' cost, next to TRL's step_time
             logs["eval/seconds"], eval_cost["seconds"] = round(eval_cost["seconds"], 4), 0.0
         episodes = scored["episodes"] - totals_at_log["episodes"]
@@ -372,6 +384,10 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
         totals_at_log.update(scored)
         run.events.emit(StepLogged(step=step, metrics=logs, max_steps=max_steps, epoch=epoch, elapsed_s=elapsed,
                                    episode_errors=errors, episodes=episodes, episodes_abandoned=scored["abandoned"]))
+        if run.watch is None:
+            return None
+        run.watch.flush(run.events.emit)  # the step's alarms, after the step (every subscriber saw it first)
+        return {"alarms": run.watch.count}  # the trackers' train/alarms: the count so far
 
     def should_stop() -> str | None:  # at each step's end, in the training thread: events are safe here
         if run.stop_reason is not None and run.phase != "stopping":
@@ -473,6 +489,22 @@ def _execute(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, model_path
             run._finished.set()
 
 
+def _attach_watch(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, checkpoint: str | None) -> None:
+    """The reward-hacking watch, subscribed last (docs/explanation/watch.md); a resumed run's watch continues
+    from the steps before the checkpoint, and its alarms so far are the run's."""
+    names = watched_metrics(params, prepared.env)
+    if names is None:
+        return
+    run.watch = RunWatch(names, on_alarm=params.on_alarm, request_stop=run.request_stop)
+    if checkpoint is not None:
+        last = checkpoint_step(checkpoint)
+        before = [e for e in read_run_log(run.output_dir, skipped=[])
+                  if getattr(e, "step", None) is None or e.step <= last]
+        run.watch.prime(before)
+        run.alarms = [alarm_dict(e) for e in before if isinstance(e, AlarmRaised)]
+    run.events.subscribe(run.watch)
+
+
 def _release_folder(run: GRPORun) -> None:
     """The run is over, however it ended (completed, Stop, a signal, a failure): the folder is free again."""
     lock, run._folder_lock = run._folder_lock, None
@@ -563,6 +595,7 @@ def train(
                 run.show_dashboard(display if callable(display) else None)
             for subscriber in subscribers:
                 run.events.subscribe(subscriber)
+            _attach_watch(run, params, prepared, checkpoint)
 
         with _ACTIVE_LOCK:
             _refuse_if_training()

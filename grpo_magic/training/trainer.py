@@ -31,8 +31,8 @@ from grpo_magic.trl_compat import (
     vllm_engine,
 )
 
-__all__ = ["StepObserver", "StepRecords", "build_trainer", "events_callback", "generator_for_trainer", "rollouts",
-           "save_abandoned", "trainer_class", "vllm_engine"]
+__all__ = ["StepObserver", "StepRecords", "build_trainer", "events_callback", "generator_for_trainer", "report_after_events",
+           "rollouts", "save_abandoned", "trainer_class", "vllm_engine"]
 
 #: (record, advantages) of each process, in process order.
 ScoredHook = Callable[[list[tuple[BatchRecord, list[float]]], int], None]
@@ -188,6 +188,7 @@ def build_trainer(
             **extra,
         )
     drop_console_callbacks(trainer)
+    report_after_events(trainer, list(callbacks or [])[:1])
     trainer.grpo_magic_observer = StepObserver(reward, records, on_scored, on_eval)
     policy = trainer.accelerator.unwrap_model(trainer.model)
     reward.bind(policy, tokenizer, generator=generator_for_trainer(trainer, policy, tokenizer))
@@ -208,11 +209,14 @@ def rollouts(trainer: Any, inputs: list[dict[str, Any]]) -> tuple[BatchRecord, S
 
 def events_callback(
     *,
-    on_log: Callable[[int, dict[str, Any], int, float | None, float], None],
+    on_log: Callable[[int, dict[str, Any], int, float | None, float], dict[str, Any] | None],
     on_train_begin: Callable[[int], None],
     should_stop: Callable[[], str | None],
 ):
     """A TrainerCallback that reports TRL's logs and stops training at the end of a step when asked.
+
+    What ``on_log`` returns is added to the logs the ``report_to`` trackers write (``train/alarms``): they run
+    after this callback (``report_after_events``).
 
     ``should_stop`` gives the reason to stop (or None). A stop saves a complete checkpoint through
     Trainer's own saving (``control.should_save``: weights, optimizer, scheduler, RNG, trainer state),
@@ -239,7 +243,9 @@ def events_callback(
                 return
             if any(key.startswith("eval_") for key in logs):
                 return
-            on_log(state.global_step, dict(logs), state.max_steps, state.epoch, time.monotonic() - self.started)
+            extra = on_log(state.global_step, dict(logs), state.max_steps, state.epoch, time.monotonic() - self.started)
+            if extra:  # for the trackers, which see these logs after this callback (report_after_events)
+                logs.update(extra)
 
         def on_pre_optimizer_step(self, args, state, control, **kwargs):
             self.updating = True
@@ -313,6 +319,22 @@ def save_alone(trainer: Any, callback: Any) -> tuple[str | None, str]:
         if not complete_checkpoint(Path(folder)):
             return None, f" ({folder} is incomplete)"
     return folder, ""
+
+
+def report_after_events(trainer: Any, ours: list[Any]) -> None:
+    """The ``report_to`` trackers' callbacks move after ours (the first of ``callbacks``), so that what the events
+    callback adds to a step's logs (the watch's ``alarms``, logged as ``train/alarms``) reaches them."""
+    if not ours:
+        return
+    from transformers.integrations import get_reporting_integration_callbacks
+
+    classes = tuple(get_reporting_integration_callbacks(trainer.args.report_to))
+    if not classes:
+        return
+    trackers = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, classes)]
+    for cb in trackers:
+        trainer.remove_callback(cb)
+        trainer.add_callback(cb)
 
 
 def drop_console_callbacks(trainer: Any) -> None:

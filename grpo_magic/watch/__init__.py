@@ -3,6 +3,6 @@ the task does not (docs/explanation/watch.md). Standard library only, so that im
 
 from __future__ import annotations
 
-from .detectors import DEFAULTS, KINDS, Alarm, Watch, task_metrics_of, watch_run_log
+from .detectors import DEFAULTS, EVAL, KINDS, Alarm, Watch, task_metrics_of, watch_run_log
 
-__all__ = ["DEFAULTS", "KINDS", "Alarm", "Watch", "task_metrics_of", "watch_run_log"]
+__all__ = ["DEFAULTS", "EVAL", "KINDS", "Alarm", "Watch", "task_metrics_of", "watch_run_log"]
