@@ -369,6 +369,24 @@ def vllm_engine(trainer: Any) -> VLLMEngine | None:
 
 
 
+def drop_forward_patches(model: Any) -> None:
+    """Drop the ``forward`` TRL and accelerate set on a policy's instance (a bound method of the model itself, or a
+    wrapper closing over one): a reference cycle that keeps the whole policy alive after its run until Python's
+    cycle collector happens to run. Without it the policy goes as soon as the run lets go of it. PEFT's wrappers
+    are walked to the model inside."""
+    seen: set[int] = set()
+    stack = [model]
+    while stack:
+        module = stack.pop()
+        attributes = getattr(module, "__dict__", None)
+        if attributes is None or id(module) in seen:
+            continue
+        seen.add(id(module))
+        attributes.pop("forward", None)
+        children = attributes.get("_modules") or {}
+        stack.extend(children.get(name) for name in ("base_model", "model"))
+
+
 def release_trainer(trainer: Any, *, end_vllm_distributed: bool = False) -> None:
     """Let go of what a finished trainer holds on the GPU: TRL's vLLM engine (colocate) and client (server).
 
@@ -379,6 +397,7 @@ def release_trainer(trainer: Any, *, end_vllm_distributed: bool = False) -> None
     """
     import contextlib
 
+    drop_forward_patches(getattr(trainer, "model", None))
     engine = getattr(trainer, "vllm_generation", None)
     client = getattr(engine, "vllm_client", None) or getattr(trainer, "vllm_client", None)
     if client is not None:

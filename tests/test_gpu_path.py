@@ -362,6 +362,24 @@ def test_a_finished_run_releases_the_policy_and_the_reward_and_restores_trl_s_va
         assert "the env broke" in "".join(traceback.format_exception(run.exception))
 
 
+def test_the_policy_goes_with_its_run_without_the_cycle_collector(in_tmp):
+    """No reference cycle holds a finished run's policy (TRL's and accelerate's ``forward`` on the instance was
+    one): with Python's cycle collector off, the policy is gone when ``train`` returns, so no run needs a
+    ``gc.collect()`` pass over every object to give its memory back."""
+    import gc
+
+    watch = Watch(stop=False)
+    gc.collect()
+    gc.disable()
+    try:
+        run = train(GRPOParams(**FAST, max_steps=2, project_name="run"), LettersEnv(), callbacks=[watch], display=False)
+        alive = watch.refs["model"]() is not None
+    finally:
+        gc.enable()
+    assert run.status == "completed", run.reason
+    assert not alive, "a reference cycle keeps the policy alive after its run"
+
+
 def test_trl_s_vllm_engine_is_released_with_the_trainer(tiny_path, tmp_path, monkeypatch):
     """TRL's real GRPOTrainer with use_vllm=True; only the creation of vllm.LLM (vLLM, a GPU) is stood in for."""
     from datasets import Dataset
