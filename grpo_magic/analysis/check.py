@@ -29,6 +29,7 @@ from grpo_magic.environment.scores import EpisodeOutcome
 from grpo_magic.errors import GRPOMagicError
 from grpo_magic.redaction import redact
 from grpo_magic.trl_compat import call_reward
+from grpo_magic.watch.probes import gaming_probes, probe_replies
 
 #: A degenerate reply scoring at least this much means the reward pays for no work.
 DEGENERATE_LIMIT = 0.5
@@ -93,6 +94,14 @@ class CheckReport:
     seconds: dict[str, float] = field(default_factory=dict)
     #: Agent envs: tool use of the sampled episodes (``check_agent.agent_stats``); None for single-turn envs.
     agent: dict[str, Any] | None = None
+    #: The reward-hacking probes (``grpo_magic.watch.probes``): mean score of each (None: every episode failed).
+    probes: dict[str, float | None] = field(default_factory=dict)
+    #: The probes that score at least as well as the model's samples: each a way to game the reward.
+    gaming_probes: list[str] = field(default_factory=list)
+    #: The task metrics the run's watch compares the reward with (``--watch``, else the env's ``task_metrics``),
+    #: and those of them that score_episode's components do not report.
+    task_metrics: list[str] = field(default_factory=list)
+    missing_task_metrics: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON-serialisable) for logs, tests and the magic."""
@@ -111,6 +120,8 @@ class CheckReport:
         groups_scored = sum(1 for g in self.scores if sum(s is not None for s in g) >= 2)
         kinds = ", ".join(f"{k} x{n}" for k, n in self.error_kinds.items())
         degenerate = "  ".join(f"{k} {_fmt(v)}" for k, v in self.degenerate.items())
+        probes = "  ".join(f"{k} {_fmt(v)}" + (" (games it)" if k in self.gaming_probes else "")
+                           for k, v in self.probes.items())
         lat = self.latency
         return [
             ("scores", scores),
@@ -124,6 +135,10 @@ class CheckReport:
             ("latency", f"mean {_secs(lat.get('mean', 0))}  p95 {_secs(lat.get('p95', 0))}  "
                         f"max {_secs(lat.get('max', 0))} per episode"),
             ("degenerate", degenerate),
+            *([("probes", probes)] if self.probes else []),
+            *([("task metrics", ", ".join(self.task_metrics)
+                + (f" (not reported: {', '.join(self.missing_task_metrics)})" if self.missing_task_metrics else ""))]
+              if self.task_metrics else []),
             *self._agent_rows(),
         ]
 
@@ -243,6 +258,8 @@ def check_env(
     reward.bind(lm, tokenizer)
     agent: dict[str, Any] | None = None
     degenerate_texts = [["", _echo(r), REFUSAL] for r in rows]
+    probe_texts = [probe_replies(tokenizer, params.rl_max_new_tokens, r, seed=params.seed + i)
+                   for i, r in enumerate(rows)]
     try:
         if prepared.agent is not None:  # whole episodes, through TRL's tool loop (generation and scoring at once)
             from .check_agent import (
@@ -260,12 +277,14 @@ def check_env(
             agent = agent_stats(episodes.transcripts, prepared.agent.tool_names, prepared.agent.schemas)
             generated_at = scored_at = time.perf_counter()
             degenerate_outcomes = degenerate_episodes(prepared, reward, rows, degenerate_texts)
+            probe_outcomes = degenerate_episodes(prepared, reward, rows, [list(p.values()) for p in probe_texts])
         else:
             generated = _generate(lm, tokenizer, [r["prompt"] for r in rows], params)
             generated_at = time.perf_counter()
             outcomes = _score(reward, tokenizer, rows, generated.texts)
             scored_at = time.perf_counter()
             degenerate_outcomes = _score(reward, tokenizer, rows, degenerate_texts)
+            probe_outcomes = _score(reward, tokenizer, rows, [list(p.values()) for p in probe_texts])
     finally:
         reward.close()
     report = _report(
@@ -274,6 +293,8 @@ def check_env(
         seconds={"load": round(loaded - started, 3), "generate": round(generated_at - loaded, 3),
                  "score": round(scored_at - generated_at, 3)},
     )
+    _judge_probes(report, probe_texts, probe_outcomes, outcomes)
+    _judge_task_metrics(report, params, prepared.env, outcomes)
     if agent is not None:
         report.agent = agent
         n = params.rl_num_generations
@@ -498,6 +519,53 @@ def _findings(r: CheckReport, scored_groups: list[list[float]]) -> tuple[list[st
         notes.append(f"episodes are slow (p95 {r.latency['p95']:.1f} s, max {r.latency['max']:.1f} s); raise "
                      "--rl-env-workers, make score_episode async, or set --rl-episode-timeout.")
     return blocking, notes
+
+
+#: How the report names a probe that games the reward, and what that says about the reward.
+PROBE_WORDS = {
+    "repeated token": ("one token repeated to the length limit", "the reward pays for repetition or length"),
+    "random words": ("a reply of random words", "the reward pays for text that answers nothing"),
+    "bare answer": ("the bare answer without the format the prompt asks for",
+                    "the reward does not check the format (fine if the bare answer is the task)"),
+}
+
+
+def _judge_probes(report: CheckReport, texts: list[dict[str, str]], outcomes: list[EpisodeOutcome],
+                  samples: list[EpisodeOutcome]) -> None:
+    """Each probe's mean score, the probes that score at least as well as the samples, and a note for each."""
+    by_name: dict[str, list[float | None]] = {}
+    flat = iter(outcomes)
+    for probes in texts:
+        for name in probes:
+            by_name.setdefault(name, []).append(next(flat).score)
+    report.probes = {name: (round(statistics.fmean(got), 4) if (got := [s for s in scores if s is not None]) else None)
+                     for name, scores in by_name.items()}
+    report.gaming_probes = gaming_probes(report.probes, [o.score for o in samples])
+    if report.gaming_probes and report.mean is not None:
+        for name in report.gaming_probes:
+            what, why = PROBE_WORDS.get(name, (name, "the reward can be gamed"))
+            report.warnings.append(f"{what} scores {report.probes[name]:.2f}, as much as the model's own samples "
+                                   f"({report.mean:.2f}): {why}, a way to game it; the reward-hacking watch will "
+                                   "look for it during training.")
+
+
+def _judge_task_metrics(report: CheckReport, params: GRPOParams, env: Any, outcomes: list[EpisodeOutcome]) -> None:
+    """The watch's task metrics, and a note for each that score_episode does not return as a component."""
+    from grpo_magic.training.watching import watched_metrics
+    from grpo_magic.watch import EVAL
+
+    names = watched_metrics(params, env) or ()
+    report.task_metrics = list(names)
+    components = {k for o in outcomes for k in (o.components or {})}
+    if not any(o.score is not None for o in outcomes):
+        return  # nothing was scored: the failures are what the report says
+    report.missing_task_metrics = [n for n in names if n != EVAL and n not in components]
+    if report.missing_task_metrics:
+        first = report.missing_task_metrics[0]
+        report.warnings.append(
+            f"the watch's task metric {first!r} is not among score_episode's components "
+            f"({', '.join(sorted(components)) or 'it returns a bare score'}), so training cannot compare the reward "
+            f"with it; return {{'score': ..., {first!r}: ...}} or name a component with --watch.")
 
 
 def _equal_groups_advice(r: CheckReport, scored_groups: list[list[float]]) -> str:
