@@ -17,7 +17,7 @@ import html
 import inspect
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from grpo_magic.environment.env import (
 )
 from grpo_magic.environment.reward import EnvReward
 from grpo_magic.errors import GRPOMagicError
-from grpo_magic.events import RUN_LOG_NAME, GroupScored, RunStarted, read_run_log, run_log_path
+from grpo_magic.events import RUN_LOG_NAME, AlarmRaised, GroupScored, RunStarted, read_run_log, run_log_path
 from grpo_magic.trl_compat import trl_advantages
 
 #: Completions scored per reward call: whole groups, enough for async envs and worker threads to overlap.
@@ -59,12 +59,19 @@ class RescoreReport:
     groups: list[dict[str, Any]]  # GROUP_KEYS, as run.groups' items are dicts
     summary: dict[str, Any]
     settings: dict[str, Any]
+    #: The reward-hacking watch's alarms in the run log (``run.alarms``' dicts: kind, step, message, evidence).
+    alarms: list[dict[str, Any]] = field(default_factory=list)
 
     def __repr__(self) -> str:
         s = self.summary
+        alarms = f", {len(self.alarms)} alarm{'s' if len(self.alarms) != 1 else ''}" if self.alarms else ""
         return (f"<RescoreReport {self.env_name} on {s['completions']} completions of steps {s['steps']}: mean reward "
                 f"{_fmt(s['mean_old'])} -> {_fmt(s['mean_new'])}, {s['rank_changes']} rank changes, "
-                f"{s['errors']} errors>")
+                f"{s['errors']} errors{alarms}>")
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        """IPython in a terminal: the one-line summary, then one line per alarm of the run log."""
+        p.text("\n".join([repr(self), *alarm_lines(self.alarms)]))
 
     def _repr_html_(self) -> str:
         return report_html(self)
@@ -81,6 +88,7 @@ class LoggedRun:
     params: dict[str, Any]
     env_name: str
     groups: dict[int, list[GroupScored]]
+    alarms: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _log_of(run_or_dir: Any) -> Path:
@@ -105,6 +113,7 @@ def read_logged_run(path: Path) -> LoggedRun:
     params: dict[str, Any] = {}
     env_name = ""
     groups: dict[int, dict[int, GroupScored]] = {}
+    alarms: list[AlarmRaised] = []
     rewind = False
     for event in read_run_log(path):
         if isinstance(event, RunStarted):
@@ -113,10 +122,19 @@ def read_logged_run(path: Path) -> LoggedRun:
             if rewind:
                 for old in [s for s in groups if s >= event.step]:
                     del groups[old]
+                alarms = [a for a in alarms if a.step < event.step]  # a resumed run judges those steps again
                 rewind = False
             groups.setdefault(event.step, {})[event.group] = event
+        elif isinstance(event, AlarmRaised):
+            alarms.append(event)
     return LoggedRun(path, params, env_name,
-                     {s: [g[k] for k in sorted(g)] for s, g in sorted(groups.items())})
+                     {s: [g[k] for k in sorted(g)] for s, g in sorted(groups.items())},
+                     [{"kind": a.kind, "step": a.step, "message": a.message, "evidence": a.evidence} for a in alarms])
+
+
+def alarm_lines(alarms: list[dict[str, Any]]) -> list[str]:
+    """One line per alarm: ``ALARM (divergence) at step 11: The reward rose ...``."""
+    return [f"ALARM ({a['kind']}) at step {a['step']}: {a['message']}" for a in alarms]
 
 
 def parse_steps(steps: Any) -> tuple[int | None, int | None]:
@@ -315,7 +333,7 @@ def rescore(
     elapsed = time.perf_counter() - started
     rescored = _rescored_groups(chosen, outcomes, settings)
     return RescoreReport(run_log=str(path), env_name=spec.name, groups=rescored,
-                         summary=summarize(rescored, elapsed), settings=settings)
+                         summary=summarize(rescored, elapsed), settings=settings, alarms=logged.alarms)
 
 
 def _score(reward: EnvReward, groups: list[GroupScored], rows: dict[str, dict[str, Any]] | None,
@@ -488,6 +506,7 @@ def report_html(report: RescoreReport) -> str:
         ("episode errors", str(s["errors"])),
         ("advantages", f"TRL's formula, scale_rewards {report.settings.get('scale_rewards')!r}"),
     ] + ([("components (new)", parts)] if parts else [])
+    lines += [(f"alarm ({a['kind']})", f"step {a['step']}: {html.escape(a['message'])}") for a in report.alarms]
     table = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(k)}</th><td>{v}</td></tr>"
                     for k, v in lines)
     return (
