@@ -600,7 +600,9 @@ def train(
         with _ACTIVE_LOCK:
             _refuse_if_training()
             _ACTIVE = _LAST = run
-        run.events.emit(RunStarted(params=params.to_dict(), env_name=prepared.spec.name, model=params.model or "",
+        # the watched task metrics as resolved (--watch, else the env's task_metrics): what the curves draw
+        logged_params = {**params.to_dict(), "task_metrics": list(run.watch.watch.task_metrics if run.watch else ())}
+        run.events.emit(RunStarted(params=logged_params, env_name=prepared.spec.name, model=params.model or "",
                                    output_dir=str(output_dir), max_steps=params.max_steps,
                                    trl_config=params.trl_differences()))
         if note:
