@@ -146,6 +146,7 @@ class Curves:
             ax.tick_params(axis="y", labelleft=has)
             if (panel.group_range or _named_lines(panel)) and (len(x) or len(rx)):
                 self._legend(ax, panel)  # rebuilt: its handles copy the lines' markers
+            alarms = 0
             for mark in markers:
                 step, label = mark[0], mark[1]
                 if len(mark) > 2 and mark[2] == "alarm":
@@ -155,7 +156,9 @@ class Curves:
                         lo, hi = ax.get_xlim()
                         right = step > (lo + hi) / 2  # written on the side of the line with room
                         text = f"{str(label)[:40]} " if right else f" {str(label)[:40]}"
-                        self.marks.append(ax.text(step, 0.98, text, transform=ax.get_xaxis_transform(), color=RED,
+                        height = 0.98 - 0.09 * (alarms % 4)  # labels of several alarms stacked, not overprinted
+                        alarms += 1
+                        self.marks.append(ax.text(step, height, text, transform=ax.get_xaxis_transform(), color=RED,
                                                   fontsize=6, ha="right" if right else "left", va="top",
                                                   gid=ALARM_LABEL_GID, parse_math=False))
                 else:

@@ -199,7 +199,12 @@ function render({ model, el }) {
           ctx.fillStyle = "#dc2626";
           ctx.font = `${10 * devicePixelRatio}px sans-serif`;
           ctx.textBaseline = "top";
-          ctx.fillText(String(label).slice(0, 40), x + 3 * devicePixelRatio, top + 2 * devicePixelRatio);
+          // several alarms' labels stacked, not overprinted; on the side of the line with room
+          const y = top + (2 + 12 * ((alarms - 1) % 4)) * devicePixelRatio;
+          const text = String(label).slice(0, 40);
+          const right = x > left + width / 2;
+          ctx.textAlign = right ? "right" : "left";
+          ctx.fillText(text, right ? x - 3 * devicePixelRatio : x + 3 * devicePixelRatio, y);
         }
         ctx.restore();
       }
