@@ -47,10 +47,10 @@ def names(paths: list[Path]) -> list[str]:
 
 def test_the_notebooks_are_there():
     assert {"01_quickstart.ipynb", "02_teaching_grpo.ipynb", "03_hotel_agent.ipynb",
-            "04_sft_then_grpo.ipynb", "05_agent_on_cpu.ipynb"} <= set(names(NOTEBOOKS))
+            "04_sft_then_grpo.ipynb", "05_agent_on_cpu.ipynb", "06_reward_hacking.ipynb"} <= set(names(NOTEBOOKS))
     assert "03_hotel_agent.ipynb" not in names(CPU_NOTEBOOKS), "the hotel agent notebook needs a GPU"
     assert {"01_quickstart.ipynb", "02_teaching_grpo.ipynb", "04_sft_then_grpo.ipynb",
-            "05_agent_on_cpu.ipynb"} <= set(names(CPU_NOTEBOOKS))
+            "05_agent_on_cpu.ipynb", "06_reward_hacking.ipynb"} <= set(names(CPU_NOTEBOOKS))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=names(NOTEBOOKS))
