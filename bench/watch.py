@@ -4,6 +4,7 @@
     python bench/watch.py --seeds 3             # fewer seeds
     python bench/watch.py --replay-only         # only replay the logs already in --runs-dir
     python bench/watch.py --only hack_braces    # some configurations
+    python bench/watch.py --cost                # the watch's cost per step, timed from outside (on a quiet machine)
 
 Each run is ``grpo_magic.train`` in a fresh subprocess (``--worker``) with the offline models on CPU; its run log
 is kept in ``--runs-dir`` and replayed through ``grpo_magic.watch.Watch`` (once with the env's task metrics, once
@@ -18,6 +19,12 @@ naming none: "reward only", which exercises the degeneration detectors without t
   a noisier task rising together), 1,000 runs each: its false-alarm rate per run, where the assumptions are known.
 
 The replay's time per step is shown for scale only (a shared machine; not a timing benchmark).
+
+``--cost`` times the watch from outside: the letters recipe (``honest_letters``, 40 steps, seed 0) trained with the
+watch (the default) and with ``--watch none``, each in a fresh process, alternated (``--pairs`` pairs, 5 by
+default, the order flipped every other pair), and prints the ratio of the medians of the training loop's time
+(the last step's ``elapsed_s``: model loading left out) and the difference per step. Run it on a quiet machine:
+other jobs on the same cores move the times more than the watch does.
 """
 
 from __future__ import annotations
@@ -55,6 +62,54 @@ def worker(name: str, seed: int, out: str) -> None:
     started = time.time()
     run = train(params, getattr(hackable, env_class)())
     print(json.dumps({"status": run.status, "seconds": round(time.time() - started, 1)}))
+
+
+def cost_worker(watch: str, seed: int, out: str) -> None:
+    """One timed run of the letters recipe, with the watch (``on``) or without (``none``): prints its times."""
+    from envs.hackable import HonestLettersEnv
+    from grpo_magic import GRPOParams, read_run_log, train
+    from grpo_magic.events import StepLogged
+
+    params = GRPOParams(**LETTERS, seed=seed, project_name=out, watch="none" if watch == "none" else None)
+    started = time.perf_counter()
+    run = train(params, HonestLettersEnv())
+    total = time.perf_counter() - started
+    steps = [e for e in read_run_log(out) if isinstance(e, StepLogged)]
+    print(json.dumps({"status": run.status, "watch": watch, "steps": len(steps), "alarms": len(run.alarms),
+                      "train_loop_s": round(steps[-1].elapsed_s, 3), "total_s": round(total, 3)}))
+
+
+def cost(pairs: int, runs_dir: Path) -> dict:
+    """``pairs`` pairs of runs with and without the watch, alternated; the ratio of the medians."""
+    import statistics
+
+    times: dict[str, list[dict]] = {"on": [], "none": []}
+    for i in range(pairs):
+        order = ("on", "none") if i % 2 == 0 else ("none", "on")
+        for watch in order:
+            out = runs_dir / f"cost-{watch}-{i}"
+            done = subprocess.run([sys.executable, __file__, "--cost-worker", watch, "0", str(out)], cwd=ROOT,
+                                  capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+            if done.returncode:
+                raise SystemExit(f"the {watch} run failed:\n{done.stderr[-2000:]}")
+            row = json.loads(done.stdout.strip().splitlines()[-1])
+            times[watch].append(row)
+            print(f"pair {i + 1} watch {watch}: training loop {row['train_loop_s']:.2f} s, in all {row['total_s']:.2f} s",
+                  flush=True)
+    loop = {w: statistics.median(r["train_loop_s"] for r in rows) for w, rows in times.items()}
+    steps = times["on"][0]["steps"]
+    result = {
+        "pairs": pairs, "steps": steps, "recipe": LETTERS,
+        "train_loop_median_s": loop,
+        "ratio_with_to_without": round(loop["on"] / loop["none"], 4),
+        "ms_per_step_difference": round(1000 * (loop["on"] - loop["none"]) / steps, 2),
+        "runs": times,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    print(f"with the watch / without: {result['ratio_with_to_without']:.3f} (median training loop "
+          f"{loop['on']:.2f} s vs {loop['none']:.2f} s over {steps} steps: {result['ms_per_step_difference']:+.1f} ms "
+          "a step)")
+    return result
 
 
 def replay(log_dir: Path, task_metrics: tuple[str, ...]) -> dict:
@@ -122,9 +177,20 @@ def main() -> None:
     parser.add_argument("--replay-only", action="store_true")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results-watch.json"))
     parser.add_argument("--worker", nargs=3, metavar=("NAME", "SEED", "OUT"))
+    parser.add_argument("--cost", action="store_true", help="time runs with and without the watch, alternated")
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--cost-out", default=str(ROOT / "bench" / "results-watch-cost.json"))
+    parser.add_argument("--cost-worker", nargs=3, metavar=("WATCH", "SEED", "OUT"))
     args = parser.parse_args()
     if args.worker:
         worker(args.worker[0], int(args.worker[1]), args.worker[2])
+        return
+    if args.cost_worker:
+        cost_worker(args.cost_worker[0], int(args.cost_worker[1]), args.cost_worker[2])
+        return
+    if args.cost:
+        result = cost(args.pairs, Path(args.runs_dir))
+        Path(args.cost_out).write_text(json.dumps(result, indent=1, default=str) + "\n")
         return
     import envs.hackable as hackable
     from grpo_magic.watch import task_metrics_of
