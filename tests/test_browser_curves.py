@@ -309,3 +309,52 @@ def test_grpo_compare_shows_three_named_reward_curves_and_says_lr_differs(
         # each run's held-out evaluations, with its own baseline line, on the reward panel
         expect(chart).to_have_attribute("data-eval-baselines", "3", timeout=30_000)
         chart.screenshot(path=str(tmp_path / "compare.png"))
+
+
+ALARM_CELL = '''from IPython.display import display
+from grpo_magic.dashboard import Dashboard
+from grpo_magic.events import AlarmRaised, RunFinished, RunStarted, StatusChanged, StepLogged
+
+dash = Dashboard()
+display(dash)
+dash(RunStarted(params={"task_metrics": ["answered"]}, env_name="Quiz", model="tiny", output_dir="", max_steps=20))
+dash(StatusChanged(status="training"))
+for s in range(1, 21):
+    dash(StepLogged(step=s, max_steps=20, episodes=8, episode_errors=0,
+                    metrics={"reward": 0.05 + 0.03 * s, "reward_std": 0.1, "components/answered": 0.0}))
+    if s == 12:
+        dash(AlarmRaised(step=12, kind="divergence", message="The reward rose while 'answered' did not.",
+                         evidence={"steps": list(range(1, 13)), "reward": [0.05 + 0.03 * i for i in range(1, 13)],
+                                   "tasks": {"answered": [0.0] * 12},
+                                   "examples": [{"prompt": "What do bees make?", "completion": "<b>aaaa</b>",
+                                                 "score": 0.9, "components": {"answered": 0.0}}]}))
+dash(RunFinished(status="completed", steps=20))
+'''
+
+
+def test_an_alarm_is_a_red_line_on_the_page_and_a_card_above_the_curves(
+    jupyter: JupyterServer, browser: Any, tmp_path: Path
+) -> None:
+    """Fed events (an AlarmRaised among them): the page draws the alarm's marker (curves.js counts the alarm
+    lines it drew on the reward panel), the task metric beside the reward, and the card shows the completion as
+    text, not markup."""
+    from playwright.sync_api import expect
+
+    name = "curves_alarm.ipynb"
+    write_notebook(jupyter.root_dir / name, ["%load_ext grpo_magic", ALARM_CELL])
+    with page_of_a_test(browser.new_page(), jupyter, tmp_path, "curves-alarm-failure.png") as page:
+        open_notebook(page, jupyter.url("lab", name))
+        start_cells(page)
+        chart = page.locator(CHART).first
+        chart.wait_for(timeout=KERNEL_AND_FIRST_STEP_S * 1000)
+        expect(chart).to_have_attribute("data-points", "20", timeout=60_000)
+        expect(chart).to_have_attribute("data-alarms", "1", timeout=30_000)
+        assert chart.evaluate("el => el._grpo.markers") == [[12, "alarm: divergence", "alarm"]]
+        series = uplot(page, chart, "reward", "u.series.map(s => s.label)")
+        assert "answered" in " ".join(str(s) for s in series), series
+        card = page.locator(".grpo-dashboard .grpo-alarms .grpo-alarm").first
+        expect(card).to_contain_text("divergence")
+        expect(card).to_contain_text("at step 12")
+        expect(card.locator(".grpo-alarm-example pre")).to_have_text("<b>aaaa</b>")  # shown as text
+        assert card.locator(".grpo-sparkline").count() == 2
+        page.screenshot(path=str(tmp_path / "curves-alarm.png"))
