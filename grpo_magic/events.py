@@ -283,7 +283,10 @@ def event_to_json(event: Event) -> str:
     # faster than to_dict()'s deep copy (every event of every step goes through here).
     data = {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
     data["type"] = event.type
-    return json.dumps(_clean(data), default=_json_default, ensure_ascii=False)
+    try:  # most events hold no NaN or inf: written as they are, without _clean's copy of every list
+        return json.dumps(data, default=_json_default, ensure_ascii=False, allow_nan=False)
+    except (ValueError, TypeError):
+        return json.dumps(_clean(data), default=_json_default, ensure_ascii=False)
 
 
 Subscriber = Callable[[Event], None]

@@ -144,11 +144,17 @@ def repeat_coverage(text: str, max_n: int = 8, max_chars: int = 600) -> tuple[fl
     length = len(chars)
     if not length:
         return 0.0, ""
+    bound = length  # the most frequent (n-1)-gram's count: no n-gram occurs more often
     for n in range(1, min(max_n, length) + 1):
-        grams = Counter(chars[i:i + n] for i in range(length - n + 1))
-        gram, count = grams.most_common(1)[0]
-        if count < 2 or count * n <= best * length:  # a unit repeats; an upper bound that cannot beat the best  # it cannot beat the best even without overlaps
+        if bound * max_n <= best * length:  # no unit of this length or longer can cover more than the best
+            break
+        # n-grams as tuples of characters, counted in C (zip), not as sliced strings in a Python loop
+        grams = Counter(chars) if n == 1 else Counter(zip(*(chars[k:] for k in range(n)), strict=False))  # shorter tails end it
+        top, count = grams.most_common(1)[0]
+        bound = count
+        if count < 2 or count * n <= best * length:  # no unit repeats, or it cannot beat the best even unoverlapped
             continue
+        gram = "".join(top)
         covered = 0
         end = -1
         start = chars.find(gram)
@@ -162,7 +168,7 @@ def repeat_coverage(text: str, max_n: int = 8, max_chars: int = 600) -> tuple[fl
     return best, unit
 
 
-REPEAT_JUDGED = 16  # completions judged for repetition per step (evenly spaced): a bounded cost per step
+REPEAT_JUDGED = 8  # completions judged for repetition per step (evenly spaced): a bounded cost per step
 
 
 def _spaced(items: Sequence[Any], limit: int) -> list[Any]:
@@ -344,8 +350,6 @@ class Watch:
             value = components.get(name)
             tasks[name] = value if value is not None else _number(metrics.get(name))
         judged = [c for _, c, _, _ in completions if len("".join(c.split())) >= 8]
-        cover = [repeat_coverage(c) for c in _spaced(judged, REPEAT_JUDGED)]
-        repetitive = [u for share, u in cover if share >= self.settings["repeat_cover"]]
         length = _number(metrics.get("completions/mean_length"))
         if completions:
             self._examples = sorted(completions, key=lambda x: -(x[2] if x[2] is not None else -1.0))
@@ -354,9 +358,10 @@ class Watch:
             "reward": reward,
             "tasks": tasks,
             "components": components,
-            "repeat": len(repetitive) / len(cover) if cover else None,
-            "repeat_unit": Counter(repetitive).most_common(1)[0][0] if repetitive else "",
-            "collapse": collapse_share([(p, c) for p, c, _, _ in completions], self.settings["collapse_sim"]),
+            # The text statistics are computed when a detector first asks for them (``_text_stats``): only while
+            # the reward rises and no task metric follows it, so an honest run whose task follows pays nothing.
+            "judged": _spaced(judged, REPEAT_JUDGED),
+            "pairs": [(p, c) for p, c, _, _ in completions],
             "length": length,
             "clipped": _number(metrics.get("completions/clipped_ratio")),
             "chars": _mean(len(c) for _, c, _, _ in completions),
@@ -393,10 +398,22 @@ class Watch:
                                        for e in self._evals[-2:]], "examples": self._examples_for()}, out)
         return out
 
+    def _text_stats(self, row: dict[str, Any]) -> None:
+        """A row's repetition and collapse statistics, computed once, on first use (see ``_row``)."""
+        if "repeat" in row:
+            return
+        cover = [repeat_coverage(c) for c in row.pop("judged")]
+        repetitive = [u for share, u in cover if share >= self.settings["repeat_cover"]]
+        row["repeat"] = len(repetitive) / len(cover) if cover else None
+        row["repeat_unit"] = Counter(repetitive).most_common(1)[0][0] if repetitive else ""
+        row["collapse"] = collapse_share(row.pop("pairs"), self.settings["collapse_sim"])
+
     def _series(self, key: str, sub: str | None = None) -> tuple[list[int], list[float]]:
         rows = self.rows[-self.settings["window"]:]
         steps, values = [], []
         for r in rows:
+            if key in ("repeat", "collapse"):
+                self._text_stats(r)
             v = r[key] if sub is None else r[key].get(sub)
             if v is not None:
                 steps.append(r["step"])
@@ -475,7 +492,7 @@ class Watch:
             rsteps, rep = self._series("repeat")
             recent = rep[-s["recent"]:]
             if len(rep) >= s["min_steps"] and _mean(recent) >= s["repeat_share"] and self._rises(rep)[0]:
-                unit = next((r["repeat_unit"] for r in reversed(self.rows) if r["repeat_unit"]), "")
+                unit = next((r["repeat_unit"] for r in reversed(self.rows) if r.get("repeat_unit")), "")
                 self._fire("repetition", step, (
                     f"While the reward rose ({reward[0]:.2f} to {reward[-1]:.2f}), {recent[-1]:.0%} of the "
                     f"completions at step {step} became one repeated {unit!r} covering most of their text."),
