@@ -137,8 +137,11 @@ class RunView:
             self.max_steps = event.max_steps
             self.t_start = self.t_last = event.time
             self.groups_mem.clear()  # a resumed run re-scores steps from its checkpoint on: those groups come anew
-            for key in ("watch", "task_metrics"):
-                self._add_task_names(task_names_of(self.params.get(key)))
+            # The resolved names (task_metrics); an older run log has only its --watch, where "none" means off.
+            resolved = self.params.get("task_metrics")
+            watch = self.params.get("watch")
+            self._add_task_names(task_names_of(resolved if resolved is not None
+                                               else None if str(watch).strip().lower() == "none" else watch))
             return True
         self.t_last = event.time if self.t_last is None else max(self.t_last, event.time)
         if self.t_start is None:
