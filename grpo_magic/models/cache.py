@@ -73,8 +73,8 @@ def _leftovers(final: pathlib.Path) -> list[pathlib.Path]:
 def cached_folder(
     version: str, build: Callable[[pathlib.Path], dict[str, Any]], announce: str | None = None
 ) -> pathlib.Path:
-    """The shipped folder of ``version``, else ``cache_dir()/version``, built by ``build(tmp)`` on first use and
-    reused after.
+    """The shipped folder of ``version`` (the package's own weights, unless ``GRPO_MAGIC_BUILD_MODELS=1``), else
+    ``cache_dir()/version``, built by ``build(tmp)`` the first time it is asked for and reused after.
 
     ``build`` fills the folder it is given and returns the marker's content; ``announce`` is printed
     by the process that builds (not by one that waits for it).

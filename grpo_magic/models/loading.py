@@ -1,8 +1,9 @@
 """Resolving and loading any model: a hub id, a local folder, or one of the offline models built here.
 
 Heavy libraries (torch, transformers, peft, huggingface_hub) are imported inside the functions so
-that ``import grpo_magic`` and ``%load_ext grpo_magic`` stay light. The offline models (``tiny``)
-are built by their own modules and then loaded through the very same ``from_pretrained`` path.
+that ``import grpo_magic`` and ``%load_ext grpo_magic`` stay light. The offline models (``tiny``, ``tiny-math``,
+``tiny-agent``) ship with the package (``GRPO_MAGIC_BUILD_MODELS=1`` rebuilds them from their recipes) and load
+through the very same ``from_pretrained`` path.
 """
 
 from __future__ import annotations

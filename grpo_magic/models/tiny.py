@@ -1,8 +1,9 @@
-"""The offline ``tiny`` model: a small Qwen2 causal LM with a tokenizer trained here, built once.
+"""The offline ``tiny`` model: a small Qwen2 causal LM with a tokenizer trained here, shipped with the package.
 
 The Hub cannot be reached everywhere (CI, this project's machines), so the demo and test model is
-built locally from random weights and a byte-level BPE tokenizer trained on a generated corpus,
-deterministically, and cached on disk (``models.cache``). It loads through the same
+made from random weights and a byte-level BPE tokenizer trained on a generated corpus,
+deterministically. The package ships the built folder (``weights/tiny-v1``); ``GRPO_MAGIC_BUILD_MODELS=1``
+rebuilds it from this recipe into the cache (``models.cache``). It loads through the same
 ``from_pretrained`` path as any hub model.
 """
 
@@ -185,5 +186,6 @@ def _build_tiny(dest: pathlib.Path) -> dict[str, Any]:
 
 
 def tiny_model_path() -> pathlib.Path:
-    """The folder of the offline ``tiny`` model, built on first use and reused after."""
+    """The folder of the offline ``tiny`` model: the package's own; ``GRPO_MAGIC_BUILD_MODELS=1`` builds it from
+    the recipe into the cache (once, reused after)."""
     return cached_folder(TINY_VERSION, lambda dest: _build_tiny(dest))

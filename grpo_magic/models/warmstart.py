@@ -5,9 +5,10 @@ the time gives it groups with better and worse answers. A ``WarmStart`` recipe m
 here, without the Hub: a name (what ``--model`` takes), a version (the cache key), a corpus
 function (a seed in, synthetic chat examples out, the same every time), TRL ``SFTConfig`` settings,
 and, when the skill needs more capacity than ``tiny`` has, new sizes for its architecture.
-``build(dest)`` fine-tunes with TRL's own ``SFTTrainer``; ``path()`` builds once and then reuses the
-cached folder (``models.cache``), which loads through the same ``from_pretrained`` path as any hub
-model. Adding a model is a corpus function and settings, and its name in ``loading.OFFLINE_MODELS``.
+``build(dest)`` fine-tunes with TRL's own ``SFTTrainer``; ``path()`` gives the weights the package ships, or
+(``GRPO_MAGIC_BUILD_MODELS=1``, or a recipe not shipped) builds once and then reuses the cached folder
+(``models.cache``); either loads through the same ``from_pretrained`` path as any hub model. Adding a model is
+a corpus function and settings, and its name in ``loading.OFFLINE_MODELS``.
 
 What TRL 1.16's ``SFTTrainer`` does with this corpus, checked in its source: a dataset with a
 ``messages`` column is conversational; with ``assistant_only_loss=True`` (set here) it renders each
@@ -104,7 +105,8 @@ class WarmStart:
         return f"{self.version}+{TINY_VERSION}"
 
     def path(self) -> pathlib.Path:
-        """The built model's folder: built on first use (a minute or two on a CPU), then reused."""
+        """The model's folder: the package's own weights when it ships them; otherwise (``GRPO_MAGIC_BUILD_MODELS=1``)
+        built from this recipe into the cache (a minute or a few on a CPU), then reused."""
         from .cache import cache_dir
 
         announce = (f"grpo_magic: building the offline model '{self.name}' once ({self.description}); it is cached "
