@@ -1,7 +1,7 @@
 """``%%grpo_env`` cells of agent envs whose tool and argument names no offline model has seen.
 
-Every name comes from ``models.tool_corpus.HELD_OUT_*`` (lists its corpus never uses), so a right call to
-these tools shows that a model read the schema in its prompt. Each cell is what a user would type; the
+Every name comes from research/tiny_agent/tool_corpus.py's ``HELD_OUT_*`` (lists its corpus never uses), so a
+right call to these tools shows that a model read the schema in its prompt. Each cell is what a user would type; the
 requests use the corpus's phrasing (``tool_corpus.tool_request``: ``Use the "weigh_parcel" tool with grams 42``).
 tests/test_tool_calls.py and bench/agent_cpu.py run them.
 """

@@ -1,12 +1,13 @@
 """Probe toward issue 25's general tool caller: the runs of research/tiny_agent/RESULTS-agent.md ("names the model cannot
-remember"), reproducible. Not a product path: nothing here is registered as a model.
+remember"), reproducible. Not a product path: nothing here is registered as a model. Run it as a module from
+the repository's root (it imports ``research.tiny_agent``):
 
-    python research/tiny_agent/agent_sft_probe.py copier --steps 1500 --save /tmp/copier.pt
-    python research/tiny_agent/agent_sft_probe.py sft --steps 1500 --full-loss --init /tmp/copier.pt --save /tmp/model
-    python research/tiny_agent/agent_sft_probe.py sft --steps 800 --full-loss --no-period --circuit 2 --every 200 --save /tmp/model
-    python research/tiny_agent/agent_sft_probe.py envs /tmp/model
-    python research/tiny_agent/agent_sft_probe.py names            # the untrained circuits; or: names /tmp/model
-    python research/tiny_agent/agent_sft_probe.py recipe --seed 1 --threads 1 --save /tmp/n1
+    python -m research.tiny_agent.agent_sft_probe copier --steps 1500 --save /tmp/copier.pt
+    python -m research.tiny_agent.agent_sft_probe sft --steps 1500 --full-loss --init /tmp/copier.pt --save /tmp/model
+    python -m research.tiny_agent.agent_sft_probe sft --steps 800 --full-loss --no-period --circuit 2 --every 200 --save /tmp/model
+    python -m research.tiny_agent.agent_sft_probe envs /tmp/model
+    python -m research.tiny_agent.agent_sft_probe names            # the untrained circuits; or: names /tmp/model
+    python -m research.tiny_agent.agent_sft_probe recipe --seed 1 --threads 1 --save /tmp/n1
 
 - ``copier``: the 128-wide, 4-layer model (``SIZES``) trained on repeated random token
   sequences of a fixed length (8 noise, 24 random, the same 24 again). It learns to copy from a fixed
@@ -128,10 +129,10 @@ class FromCopier(WarmStart):
 
     def _start_model(self) -> Any:
         if self.circuit:
-            import induction_circuit
+            from research.tiny_agent import induction_circuit
 
             if self.circuit == 3:
-                from grpo_magic.models import copy_circuit
+                from research.tiny_agent import copy_circuit
 
                 return copy_circuit.fresh_model(self.seed, freeze=self.freeze)
             return induction_circuit.fresh_model(self.seed, match=self.circuit)
@@ -390,7 +391,7 @@ def names(path: str | None) -> None:
         tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
         print(json.dumps({path: {**name_copies(model.eval(), tokenizer), **call_fields(model, tokenizer)}}))
         return
-    import induction_circuit
+    from research.tiny_agent import induction_circuit
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_path()))
     for match in MATCHES:

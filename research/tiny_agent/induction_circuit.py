@@ -21,7 +21,7 @@ The layout of the 128-wide residual stream:
   alone in the residual stream until the fine-tune grows the rest.
 
 On repeated random token sequences it copies 97% of the repeated tokens in 80-token sequences and 83% in
-600-token ones with no training (``python research/tiny_agent/induction_circuit.py``).
+600-token ones with no training (``python -m research.tiny_agent.induction_circuit`` from the repository's root).
 
 That circuit matches on one previous token, and tiny's 1,024-token vocabulary spells a held-out name nearly
 letter by letter (``paint_garden`` is ``p a in t _ g ar d en``), so one common letter has many earlier
@@ -31,7 +31,7 @@ heads attend at distances one and two), and one head in layer 1 whose score adds
 code against a position's previous code to the match of the previous code against its previous-previous
 code. ``fresh_model(match=2)`` builds it: 92% and 91% of the same runs (the first token of each repeat cannot
 be matched on two), and 0.97 of the continuation tokens of held-out tool names in chats, teacher-forced
-(``python research/tiny_agent/agent_sft_probe.py names``).
+(``python -m research.tiny_agent.agent_sft_probe names``).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ fine-tune at 0.5). v2.1 was v2's recipe in length-grouped batches (built in abou
 2-core Intel Xeon); v2.2 is v2.1's recipe from the circuit with its chain heads (about 170 s there, the same
 bytes from six processes; its held-out check runs in bench/agent_cpu.py, not in the build).
 
-What it does (bench/RESULTS-agent.md, "the second call" and "v2.2"): on envs named from held-out English words
-it never saw, sampled at temperature 1 through ``%grpo_check``, the right call for a one-integer, a
+What it does (research/tiny_agent/RESULTS-agent.md, "the second call" and "v2.2"): on envs named from held-out
+English words it never saw, sampled at temperature 1 through ``%grpo_check``, the right call for a one-integer, a
 two-argument and an enum tool 1.0 / 1.0 / 1.0 of the time (v2.1: 0.75 / 0.88 / 0.5; builds differ across
 CPUs, and so do these figures); a two-step request gets both calls right, in order, in 8 of 32 sampled
 episodes (v2.1: none, it answered after the first result), which GRPO at temperature 1 raises (a held-out
@@ -44,14 +44,15 @@ RECIPE = WarmStart(
         "max_steps": tool_corpus.STEPS,
         "per_device_train_batch_size": tool_corpus.BATCH,
         "learning_rate": 2e-3,
-        "lr_scheduler_type": "linear",  # decaying to 0: the seeds' fine-tunes agree more (bench/RESULTS-agent.md)
+        # decaying to 0: the seeds' fine-tunes agree more (research/tiny_agent/RESULTS-agent.md)
+        "lr_scheduler_type": "linear",
         "warmup_steps": 10,
         "max_length": 768,
         "logging_steps": 50,
         "gradient_checkpointing": False,  # a 5-layer model: recomputing activations only costs time
         # batches of chats of about one length (transformers' LengthGroupedSampler, seeded by the data seed): in
         # random batches of 8 the chats (175-737 tokens) padded to 1.35x their tokens and 1.75x their attention;
-        # grouped, the build took 170 s instead of 300 here (bench/RESULTS-agent.md, "v2.1")
+        # grouped, the build took 170 s instead of 300 here (research/tiny_agent/RESULTS-agent.md, "v2.1")
         "train_sampling_strategy": "group_by_length",
     },
     start=tool_corpus.circuit_start,
