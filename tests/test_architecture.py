@@ -123,12 +123,16 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
 
 
 def test_code_cites_only_documents_of_the_repository() -> None:
-    cited: set[str] = set()
-    for folder in ("grpo_magic", "envs", "bench", "scripts", "tests"):
+    """A cited document with a folder (``docs/architecture.md``) is at that path from the repository's root; a bare
+    name (``MODEL_CARD.md``) is somewhere in it."""
+    missing = set()
+    for folder in ("grpo_magic", "envs", "bench", "scripts", "tests", "research"):
         for path in (REPO / folder).rglob("*.py"):
-            cited.update(re.findall(r"\b([\w/.-]+\.md)\b", path.read_text(encoding="utf-8")))
-    missing = sorted(c for c in cited if not (REPO / c).exists() and not any(REPO.rglob(Path(c).name)))
-    assert not missing, f"code cites documents that are not in the repository: {missing}"
+            for cited in re.findall(r"\b([\w/.-]+\.md)\b", path.read_text(encoding="utf-8")):
+                there = (REPO / cited).exists() if "/" in cited else any(REPO.rglob(cited))
+                if not there:
+                    missing.add(f"{path.relative_to(REPO)}: {cited}")
+    assert not missing, f"code cites documents that are not in the repository: {sorted(missing)}"
 
 
 def test_section_names_cited_in_code_exist() -> None:
@@ -160,6 +164,9 @@ def _trl_touches(tree: ast.AST) -> list[str]:
     attributes = private | set(trl_compat.TRL_ATTRIBUTES)
     imported = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and not node.level
                 and node.module and node.module.split(".")[0] in ("trl", "accelerate") for a in node.names}
+    imported |= {(a.asname or a.name).split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                 for a in node.names if a.name.split(".")[0] in ("trl", "accelerate")}
+    theirs = _their_private_names()
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and not node.level and node.module and node.module.split(".")[0] == "trl":
@@ -170,9 +177,12 @@ def _trl_touches(tree: ast.AST) -> list[str]:
             found += [f"imports {a.name}" for a in node.names if a.name.startswith("trl.")]
         elif isinstance(node, ast.Attribute) and node.attr in attributes:
             found.append(f"reads .{node.attr}")
-        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in imported
+        elif (isinstance(node, ast.Attribute) and _root_name(node.value) in imported
               and node.attr.startswith("_") and not node.attr.endswith("__")):
-            found.append(f"reads the private {node.value.id}.{node.attr}")
+            found.append(f"reads the private {_root_name(node.value)}...{node.attr}")
+        elif isinstance(node, ast.Attribute) and node.attr in theirs:
+            found.append(f"reads .{node.attr}, a private attribute of TRL's, transformers' or accelerate's trainer "
+                         "and state classes")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in attributes:
             found.append(f"names {node.value!r}")
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "filterwarnings"
@@ -187,6 +197,47 @@ def _trl_touches(tree: ast.AST) -> list[str]:
               and node.slice.value in trl_compat.BATCH_KEYS and node.slice.value != "completion_ids"):
             found.append(f"reads TRL's batch key {node.slice.value!r}")
     return found
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+_THEIRS: set[str] = set()
+
+
+def _their_private_names() -> set[str]:
+    """The private attributes of TRL's trainer and config, transformers' Trainer and its state, and accelerate's
+    Accelerator and process state (their classes' members and what their modules set on ``self``), less the
+    private names grpo_magic defines itself (its own classes' attributes of the same name)."""
+    if _THEIRS:
+        return _THEIRS
+    import inspect
+
+    import accelerate
+    import transformers
+    import trl
+    from accelerate.state import AcceleratorState, PartialState
+
+    classes = (trl.GRPOTrainer, trl.GRPOConfig, transformers.Trainer, transformers.TrainingArguments,
+               transformers.TrainerState, transformers.TrainerControl, accelerate.Accelerator, PartialState,
+               AcceleratorState)
+    theirs = {n for c in classes for n in dir(c) if n.startswith("_") and not n.endswith("__")}
+    for cls in (trl.GRPOTrainer, transformers.Trainer, accelerate.Accelerator):
+        for node in ast.walk(ast.parse(inspect.getsource(inspect.getmodule(cls)))):
+            if isinstance(node, ast.Attribute) and _root_name(node) == "self" and node.attr.startswith("_"):
+                theirs.add(node.attr)
+    ours = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                ours.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                ours.add(node.attr)
+    _THEIRS.update(n for n in theirs - ours if not n.endswith("__"))
+    return _THEIRS
 
 
 def test_trl_internals_are_touched_in_trl_compat_only() -> None:
@@ -206,6 +257,9 @@ def test_trl_internals_are_touched_in_trl_compat_only() -> None:
     "def check(reward):\n    return reward.score(prompts=[], completions=[], trainer_state=None, log_metric=None)\n",
     "import inspect\ntools = [n for n, _ in inspect.getmembers(object, predicate=inspect.isfunction)]\n",
     "from trl.trainer.grpo_trainer import GRPOTrainer\n",
+    "def logs(trainer):\n    return trainer._logs, trainer._metrics\n",
+    "import trl\nrewards = trl.GRPOTrainer._calculate_rewards\n",
+    "import accelerate.state as s\nstate = s.PartialState._shared_state\n",
 ])
 def test_a_planted_touch_of_trl_outside_the_room_is_found(planted: str) -> None:
     assert _trl_touches(ast.parse(planted))

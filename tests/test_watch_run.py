@@ -41,7 +41,7 @@ def test_a_gameable_run_raises_an_alarm_with_its_evidence(hacked):
     assert run.alarms, "no alarm in 20 steps of LetterHackEnv"
     first = run.alarms[0]
     assert set(first) == {"kind", "step", "message", "evidence"}
-    assert first["kind"] == "divergence" and first["step"] <= 20 and "'task'" in first["message"]
+    assert first["kind"] == "divergence" and first["step"] <= 16 and "'task'" in first["message"]  # the bench: 8-15
     ev = first["evidence"]
     assert ev["tasks"]["task"] == [0.0] * len(ev["steps"]) and ev["reward"][-1] > ev["reward"][0]
     assert 2 <= len(ev["examples"]) <= 3 and all("completion" in e for e in ev["examples"])
@@ -77,7 +77,7 @@ def test_train_alarms_reaches_the_tracker_and_the_terminal_has_one_line_per_alar
     assert counts[first - 1] == 0 and counts[first] >= 1 and counts[max(counts)] == len(run.alarms)
     lines = [line for line in terminal.splitlines() if "ALARM" in line]
     assert len(lines) == len(run.alarms)
-    assert lines[0].startswith(f"grpo: ALARM ({first and run.alarms[0]['kind']}) at step {first}: The reward rose")
+    assert lines[0].startswith(f"grpo: ALARM ({run.alarms[0]['kind']}) at step {first}: The reward rose")
 
 
 @pytest.mark.train
@@ -202,6 +202,21 @@ def test_a_watched_name_the_env_never_reports_is_said_after_the_first_step():
     watch(_step(2, **{"components/task": 0.0}))
     watch.flush(emitted.append)
     assert len(emitted) == 1  # said once
+
+
+@pytest.mark.unit
+def test_a_step_whose_episodes_all_failed_does_not_drop_a_watched_name_and_a_note_keeps_the_run_s_phase():
+    from grpo_magic.training.watching import RunWatch
+
+    watch = RunWatch(("task", "corect"), phase=lambda: "stopping")
+    watch(StepLogged(step=1, metrics={"reward": None}, episodes=8, episode_errors=8))  # nothing scored: no verdict
+    emitted = []
+    watch.flush(emitted.append)
+    assert emitted == [] and watch.watch.task_metrics == ("task", "corect")
+    watch(_step(2, **{"components/task": 0.0}))
+    watch.flush(emitted.append)
+    (note,) = emitted
+    assert "'corect'" in note.message and note.status == "stopping"  # a note during a stop does not say "training"
 
 
 @pytest.mark.unit

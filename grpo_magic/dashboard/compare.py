@@ -23,7 +23,8 @@ from .state import RunView
 #: The panels compared: the ones people compare runs by.
 COMPARED = ("reward", "kl", "loss", "length")
 #: Settings that differ between any two runs without saying anything about them.
-IGNORED = frozenset({"project_name", "output_dir", "report_to", "push_to_hub", "rl_env_module"})
+IGNORED = frozenset({"project_name", "output_dir", "report_to", "push_to_hub", "rl_env_module",
+                     "task_metrics"})  # what --watch resolved to: the watch setting itself is compared
 TITLES = {"reward": "mean reward", "length": "completion length"}
 COLORS = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", *COMPONENT_COLORS)
 
@@ -34,12 +35,16 @@ def _value(v: Any) -> str:
     return str(v)
 
 
+#: Settings a run log written before they existed lacks, with the value such a run had (it had no watch).
+_BEFORE: dict[str, Any] = {"watch": "none", "on_alarm": "warn"}
+
+
 def differing(params: Sequence[dict[str, Any]]) -> list[str]:
     """The settings whose values are not the same in every run (in the first run's order)."""
     keys: dict[str, None] = {}
     for p in params:
         keys.update(dict.fromkeys(p))
-    return [k for k in keys if k not in IGNORED and len({repr(p.get(k)) for p in params}) > 1]
+    return [k for k in keys if k not in IGNORED and len({repr(p.get(k, _BEFORE.get(k))) for p in params}) > 1]
 
 
 class Comparison:

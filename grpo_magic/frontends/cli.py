@@ -342,6 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from grpo_magic.runtime.distributed import end_distributed, is_main_process, world_size
     from grpo_magic.runtime.signals import EXIT_STATUS, Interrupted, StopSignals
     from grpo_magic.training.run import active_run, train
+    from grpo_magic.training.watching import WATCH_STOP
 
     try:
         params = params_from_namespace(args)
@@ -407,7 +408,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         end_distributed(barrier=run is not None and run.status in ("completed", "stopped"))
     if is_main_process():
         if run.status == "stopped":
-            why = f" ({run.stop_reason})" if run.stop_reason in EXIT_STATUS else f" ({run.reason})" if run.alarms else ""
+            why = (f" ({run.stop_reason})" if run.stop_reason in EXIT_STATUS
+                   else f" ({run.reason})" if (run.stop_reason or "").startswith(WATCH_STOP) else "")
             print(f"{PROG}: stopped after {run.step} steps{why}; a checkpoint, the weights and the run log are in "
                   f"{run.output_dir} (--resume continues from there)", file=sys.stderr)
         else:
@@ -419,8 +421,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{len(tail)} steps", file=sys.stderr)
     if run.status == "completed":
         return 0
-    if run.status == "stopped" and run.stop_reason not in EXIT_STATUS and run.alarms:
-        return ALARM_EXIT_STATUS  # --on-alarm stop: the reward-hacking watch stopped the run
+    if run.status == "stopped" and (run.stop_reason or "").startswith(WATCH_STOP):
+        return ALARM_EXIT_STATUS  # --on-alarm stop: the watch stopped the run (every process knows the reason)
     return EXIT_STATUS.get(run.stop_reason or "", EXIT_STATUS["SIGINT"]) if run.status == "stopped" else 1
 
 

@@ -495,7 +495,7 @@ def _attach_watch(run: GRPORun, params: GRPOParams, prepared: PreparedEnv, check
     names = watched_metrics(params, prepared.env)
     if names is None:
         return
-    run.watch = RunWatch(names, on_alarm=params.on_alarm, request_stop=run.request_stop)
+    run.watch = RunWatch(names, on_alarm=params.on_alarm, request_stop=run.request_stop, phase=lambda: run.phase)
     if checkpoint is not None:
         last = checkpoint_step(checkpoint)
         before = [e for e in read_run_log(run.output_dir, skipped=[])

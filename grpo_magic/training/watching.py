@@ -10,7 +10,7 @@ The watch must never end a run: its first exception becomes one warning, and it 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from grpo_magic.config.params import GRPOParams, watch_names
@@ -18,7 +18,11 @@ from grpo_magic.events import AlarmRaised, Event, StatusChanged, StepLogged
 from grpo_magic.text import one_line
 from grpo_magic.watch import EVAL, Watch, task_metrics_of
 
-__all__ = ["RunWatch", "alarm_dict", "watched_metrics"]
+__all__ = ["WATCH_STOP", "RunWatch", "alarm_dict", "watched_metrics"]
+
+#: How a stop asked by the watch (``--on-alarm stop``) begins its reason: every process of a run learns the reason
+#: at the step's end (the stop is agreed across processes), and the CLI exits with its own status for it.
+WATCH_STOP = "stopped by the reward-hacking watch"
 
 
 def watched_metrics(params: GRPOParams, env: Any) -> tuple[str, ...] | None:
@@ -41,10 +45,12 @@ class RunWatch:
     said about the watched names (a name the env never reports)."""
 
     def __init__(self, task_metrics: Iterable[str], *, on_alarm: str = "warn",
-                 request_stop: Callable[[str], Any] | None = None, **settings: Any) -> None:
+                 request_stop: Callable[[str], Any] | None = None, phase: Callable[[], str] = lambda: "training",
+                 **settings: Any) -> None:
         self.watch = Watch(tuple(task_metrics), **settings)
         self.on_alarm = on_alarm
         self.request_stop = request_stop
+        self.phase = phase  # the run's phase now: a note keeps it (a note during a stop must not say "training")
         self.pending: list[Event] = []
         self.count = 0  # alarms raised so far (train/alarms)
         self.error: str | None = None
@@ -73,13 +79,12 @@ class RunWatch:
         try:
             alarms = self.watch.observe_event(event)
             if not silent and isinstance(event, StepLogged) and not self._checked_names:
-                self._checked_names = True
-                self._check_names(event.step, event.metrics)
+                self._checked_names = self._check_names(event)
         except Exception as exc:  # noqa: BLE001 - the watch never ends a run
             self.error = (f"The reward-hacking watch failed ({type(exc).__name__}: {one_line(exc, 300)}) and is off "
                           "for the rest of this run; training goes on.")
             warnings.warn(self.error, RuntimeWarning, stacklevel=2)
-            self.pending.append(StatusChanged(status="training", message=self.error))
+            self.pending.append(StatusChanged(status=self.phase(), message=self.error))
             return
         if silent:
             return
@@ -88,10 +93,14 @@ class RunWatch:
             self.pending.append(AlarmRaised(step=alarm.step, kind=alarm.kind, message=alarm.message,
                                             evidence=alarm.evidence))
             if self.on_alarm == "stop" and self.request_stop is not None:
-                self.request_stop(f"stopped by the reward-hacking watch ({alarm.kind} alarm at step {alarm.step})")
+                self.request_stop(f"{WATCH_STOP} ({alarm.kind} alarm at step {alarm.step})")
 
-    def _check_names(self, step: int, metrics: Mapping[str, Any]) -> None:
-        """After the first logged step: a watched name the env does not report is said once, and left out."""
+    def _check_names(self, event: StepLogged) -> bool:
+        """After the first logged step with a scored episode: a watched name the env does not report is said once,
+        and left out. False: this step cannot tell (every episode failed), ask again at the next."""
+        step, metrics = event.step, event.metrics
+        if event.episodes and event.episode_errors >= event.episodes:
+            return False
         rows = self.watch.rows
         components = {k[len("components/"):] for k in metrics if k.startswith("components/")}
         if rows and rows[-1]["step"] == step:
@@ -99,13 +108,14 @@ class RunWatch:
         missing = [n for n in self.watch.task_metrics
                    if n != EVAL and n not in components and n not in metrics]
         if not missing:
-            return
+            return True
         self.watch.task_metrics = tuple(n for n in self.watch.task_metrics if n not in missing)
         known = ", ".join(sorted(components)) or "none"
-        self.pending.append(StatusChanged(status="training", message=(
+        self.pending.append(StatusChanged(status=self.phase(), message=(
             f"watch: the env reports no task metric {', '.join(repr(n) for n in missing)} (its score components: "
             f"{known}), so the watch cannot compare the reward with it; return it from score_episode as "
             f"{{'score': ..., {missing[0]!r}: ...}} or name a component with --watch.")))
+        return True
 
     def flush(self, emit: Callable[[Event], None]) -> None:
         """Emit the alarms (and notes) found while the last event was delivered."""

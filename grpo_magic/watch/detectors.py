@@ -30,7 +30,7 @@ from typing import Any
 KINDS = ("divergence", "repetition", "collapse", "length", "proxy")
 EVAL = "eval"  # the task metric name of the in-run evaluation (EvalScored, --eval-steps)
 
-#: The defaults, and why, are in docs/explanation/watch.md ("The numbers").
+#: The defaults, and why, are in docs/explanation/watch.md ("The statistics, and why").
 DEFAULTS: dict[str, Any] = {
     "window": 16,          # steps in the trend window (the last W logged steps)
     "min_steps": 8,        # no test before this many logged steps
@@ -261,8 +261,12 @@ class Watch:
                  cooldown: int | None = None, **settings: Any) -> None:
         unknown = set(settings) - set(DEFAULTS)
         if unknown:
-            raise TypeError(f"Watch got unknown settings: {', '.join(sorted(unknown))}")
-        self.task_metrics = tuple(task_metrics)
+            from grpo_magic.errors import GRPOMagicError
+
+            raise GRPOMagicError(f"Watch has no setting {', '.join(sorted(unknown))}; its settings are "
+                                 f"{', '.join(DEFAULTS)} (docs/explanation/watch.md, \"The statistics, and why\").")
+        # One name given as a string is one name, not its letters.
+        self.task_metrics = (task_metrics,) if isinstance(task_metrics, str) else tuple(task_metrics)
         self.max_new_tokens = max_new_tokens
         self.cooldown = cooldown
         self.settings = {**DEFAULTS, **settings}
@@ -572,7 +576,11 @@ def _eval_point(event: Any) -> tuple[float, float] | None:
 
 def watch_run_log(output_dir: Any, task_metrics: Iterable[str] = (), **options: Any) -> list[Alarm]:
     """Replay a run log (a run folder or its ``events.jsonl``) through a new ``Watch``; the alarms it raises."""
-    from grpo_magic.events import read_run_log
+    from grpo_magic.errors import GRPOMagicError
+    from grpo_magic.events import read_run_log, run_log_path
 
     watch = Watch(task_metrics, **options)
+    if not run_log_path(output_dir).is_file():
+        raise GRPOMagicError(f"No run log at {run_log_path(output_dir)}; pass the output folder of a run (it holds "
+                             "events.jsonl).")
     return watch.observe(read_run_log(output_dir, skipped=[]))
