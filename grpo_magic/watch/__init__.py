@@ -1,4 +1,4 @@
-"""The reward-hacking watch (issue 42): detectors over a run's events that raise alarms when the reward rises and
+"""The reward-hacking watch: detectors over a run's events that raise alarms when the reward rises and
 the task does not (docs/explanation/watch.md). Standard library only, so that importing it stays light."""
 
 from __future__ import annotations

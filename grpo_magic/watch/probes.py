@@ -1,4 +1,4 @@
-"""Probe replies for the pre-flight check (issue 42): replies that game a reward without doing the task.
+"""Probe replies for the pre-flight check: replies that game a reward without doing the task.
 
 ``%grpo_check`` already scores three probes (empty, the prompt echoed, a refusal). These pure functions build
 three more: one token repeated to the length limit, a reply of random words, and, where the dataset row has an
