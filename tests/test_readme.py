@@ -45,6 +45,17 @@ def test_the_readme_is_read_in_five_minutes():
     assert quickstart < next(i for i, line in enumerate(lines) if "requirements-oldest.txt" in line)
 
 
+def test_every_notebook_is_in_the_readme_tutorials_table():
+    """A notebook added to notebooks/ gets its row in the README's tutorials table (a link to it)."""
+    section = README.read_text().split("## Tutorials: the notebooks", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| [")]
+    linked = {target for row in rows for target in re.findall(r"\]\((notebooks/[^)\s]+\.ipynb)\)", row)}
+    notebooks = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "notebooks").glob("*.ipynb"))
+    assert notebooks, "no notebooks/*.ipynb"
+    missing = [n for n in notebooks if n not in linked]
+    assert not missing, f"the README's tutorials table has no row for {missing}"
+
+
 def test_every_readme_link_lands():
     text = README.read_text()
     targets = [t for t in re.findall(r"\]\(([^)\s]+)\)", text) if not re.match(r"[a-z]+:", t)]
