@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import json
 import math
 import numbers
@@ -47,7 +48,7 @@ def _p(default: Any, help: str, group: str, **meta: Any) -> Any:
     return field(default=default, metadata={"help": help, "group": group, **meta})
 
 
-@dataclass
+@dataclass(init=False)
 class GRPOParams:
     """Parameters of a GRPO run, with the original description's names and defaults."""
 
@@ -209,6 +210,26 @@ class GRPOParams:
     trl_settings: dict[str, Any] = field(
         default_factory=dict, metadata={"help": "Other GRPOConfig settings, by TRL's names.", "group": "TRL"},
     )
+
+    def __init__(self, **kwargs: Any) -> None:
+        """Parameters of a GRPO run. Besides the declared fields, every other setting of TRL's GRPOConfig is a
+        keyword by its TRL name (``GRPOParams(scale_rewards='none')``); a TRL name of a declared field (``beta``
+        for ``rl_kl_coef``) sets that field; ``recipe='dapo'`` fills what the recipe sets and you did not.
+
+        Written out, not dataclass-generated: the keywords are routed first (declared fields, TRL's other
+        settings, a recipe's), and an unknown name is one sentence (``trl_settings.route``)."""
+        explicit, trl = _route(kwargs)
+        _apply_recipe(explicit, trl)
+        for f in self.fields():
+            if f.name in explicit:
+                value = explicit[f.name]
+            elif f.default is not dataclasses.MISSING:
+                value = f.default
+            else:
+                value = f.default_factory()  # type: ignore[misc]
+            setattr(self, f.name, value)
+        self.trl_settings = trl
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         # An empty string in an optional field means "not set", as validation reads it: store None,
@@ -593,23 +614,14 @@ def _apply_recipe(explicit: dict[str, Any], trl: dict[str, Any]) -> None:
             trl.setdefault(name, value)
 
 
-_generated_init = GRPOParams.__init__
-
-
-@functools.wraps(_generated_init)
-def _init(self: GRPOParams, *args: Any, **kwargs: Any) -> None:
-    explicit, trl = _route(kwargs)
-    _apply_recipe(explicit, trl)
-    _generated_init(self, *args, **explicit, trl_settings=trl)
-
-
-_init.__doc__ = (
-    "Parameters of a GRPO run. Besides the declared fields, every other setting of TRL's GRPOConfig is a keyword "
-    "by its TRL name (GRPOParams(scale_rewards='none')); a TRL name of a declared field (beta for rl_kl_coef) "
-    "sets that field; recipe='dapo' fills what the recipe sets and you did not."
-)
-GRPOParams.__init__ = _init  # type: ignore[method-assign]
 _trl_settings.EXPLICIT.update(_explicit_by_trl())
+# help(GRPOParams) and editors show the declared parameters as keywords, and **trl_settings for TRL's other ones.
+GRPOParams.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=f.type,
+                       default=f.default if f.default is not dataclasses.MISSING else f.default_factory())  # type: ignore[misc]
+     for f in GRPOParams.fields()]
+    + [inspect.Parameter("trl_settings", inspect.Parameter.VAR_KEYWORD)]
+)
 
 
 @functools.cache
