@@ -4,7 +4,7 @@ It reads the tools its prompt offers and copies what a request spells out: the t
 argument as ``name value``. Free-form requests and one-token argument names (``a``, ``city``) get calls that do
 not parse, and ``%grpo_check`` says so. It cannot be relied on to call tools of an unseen shape; its model card
 (``weights/<version>/MODEL_CARD.md``) gives the accuracy measured on another build of its recipe (builds differ
-across CPUs; the shipped bytes were not measured). How it is built (a hand-set copy circuit, a
+across CPUs; no measurement of the shipped bytes is recorded). How it is built (a hand-set copy circuit, a
 generated corpus, a short SFT) lives in the repository's ``research/tiny_agent/``, not in the package.
 """
 
