@@ -1,4 +1,4 @@
-"""The reward-hacking watch: detectors fed one run event at a time (issue 42; the statistics: docs/explanation/watch.md).
+"""The reward-hacking watch: detectors fed one run event at a time (the statistics, and why: docs/explanation/watch.md).
 
 A ``Watch`` reads what the run log already records for every step (``RunStarted``'s parameters, each step's
 ``GroupScored`` groups, then its ``StepLogged`` metrics) and returns ``Alarm`` objects when, over a window of
