@@ -144,7 +144,7 @@ def test_an_env_on_openenvs_base_classes_trains_with_scores_in_the_run_log_and_c
     assert report.episodes == 8 and report.error_count == 0
 
 
-def test_an_openenv_env_assigned_in_a_grpo_env_cell_checks_trains_and_rescores(shell):
+def test_an_openenv_env_assigned_in_a_grpo_env_cell_checks_trains_rescores_and_evaluates(shell):
     shell.user_ns["LettersEnvironment"] = LettersEnvironment
     spec = shell.run_cell_magic("grpo_env", "", "from grpo_magic.adapters.openenv import from_openenv\n"
                                                 "Letters = from_openenv(LettersEnvironment, letters='ab', n_prompts=8)\n")
@@ -157,6 +157,9 @@ def test_an_openenv_env_assigned_in_a_grpo_env_cell_checks_trains_and_rescores(s
     assert run.status == "completed", run.reason
     again = shell.run_line_magic("grpo_rescore", "--env Letters")  # each episode replayed from its logged seed
     assert [g["new_scores"] for g in again.groups] == [g["old_scores"] for g in again.groups]
+    # %grpo_eval: the run folder's saved weights on held-out prompts (greedy episodes, scored by the OpenEnv env)
+    evaluated = shell.run_line_magic("grpo_eval", f"Letters {run.output_dir} --greedy --baseline none")
+    assert evaluated.summary["prompts"] > 0 and 0.0 <= evaluated.summary["greedy_mean"] <= 1.0
 
 
 def _echo_template(tmp_path: Path) -> type:

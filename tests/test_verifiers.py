@@ -151,7 +151,7 @@ def test_a_taskset_trains_with_its_rubric_as_components_and_checks(tmp_path):
     assert report.episodes == 8 and report.error_count == 0
 
 
-def test_a_taskset_assigned_in_a_grpo_env_cell_checks_and_trains(shell):
+def test_a_taskset_assigned_in_a_grpo_env_cell_checks_trains_rescores_and_evaluates(shell):
     shell.user_ns["LettersTaskset"] = LettersTaskset
     spec = shell.run_cell_magic("grpo_env", "", "from grpo_magic.adapters.verifiers import from_verifiers\n"
                                                 "Letters = from_verifiers(LettersTaskset, limit=8)\n")
@@ -164,6 +164,8 @@ def test_a_taskset_assigned_in_a_grpo_env_cell_checks_and_trains(shell):
     assert run.status == "completed", run.reason
     again = shell.run_line_magic("grpo_rescore", "--env Letters")
     assert [g["new_scores"] for g in again.groups] == [g["old_scores"] for g in again.groups]
+    evaluated = shell.run_line_magic("grpo_eval", f"Letters {run.output_dir} --greedy --baseline none")
+    assert evaluated.summary["prompts"] > 0 and 0.0 <= evaluated.summary["greedy_mean"] <= 1.0
 
 
 # ---------------------------------------------------------------- multi-turn: a toolset's tools, TRL's tool loop
