@@ -146,13 +146,13 @@ def repeat_coverage(text: str, max_n: int = 8, max_chars: int = 600) -> tuple[fl
         return 0.0, ""
     bound = length  # the most frequent (n-1)-gram's count: no n-gram occurs more often
     for n in range(1, min(max_n, length) + 1):
-        if bound * max_n <= best * length:  # no unit of this length or longer can cover more than the best
+        if min(length, bound * max_n) <= best * length:  # no unit this long or longer can cover more than the best
             break
         # n-grams as tuples of characters, counted in C (zip), not as sliced strings in a Python loop
         grams = Counter(chars) if n == 1 else Counter(zip(*(chars[k:] for k in range(n)), strict=False))  # shorter tails end it
         top, count = grams.most_common(1)[0]
         bound = count
-        if count < 2 or count * n <= best * length:  # no unit repeats, or it cannot beat the best even unoverlapped
+        if count < 2 or min(length, count * n) <= best * length:  # no unit repeats, or it cannot beat the best
             continue
         gram = "".join(top)
         covered = 0
