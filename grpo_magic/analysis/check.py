@@ -551,21 +551,16 @@ def _judge_probes(report: CheckReport, texts: list[dict[str, str]], outcomes: li
 
 def _judge_task_metrics(report: CheckReport, params: GRPOParams, env: Any, outcomes: list[EpisodeOutcome]) -> None:
     """The watch's task metrics, and a note for each that score_episode does not return as a component."""
-    from grpo_magic.training.watching import watched_metrics
-    from grpo_magic.watch import EVAL
+    from grpo_magic.training.watching import unreported, unreported_note, watched_metrics
 
     names = watched_metrics(params, env) or ()
     report.task_metrics = list(names)
     components = {k for o in outcomes for k in (o.components or {})}
     if not any(o.score is not None for o in outcomes):
         return  # nothing was scored: the failures are what the report says
-    report.missing_task_metrics = [n for n in names if n != EVAL and n not in components]
+    report.missing_task_metrics = unreported(names, components)
     if report.missing_task_metrics:
-        first = report.missing_task_metrics[0]
-        report.warnings.append(
-            f"the watch's task metric {first!r} is not among score_episode's components "
-            f"({', '.join(sorted(components)) or 'it returns a bare score'}), so training cannot compare the reward "
-            f"with it; return {{'score': ..., {first!r}: ...}} or name a component with --watch.")
+        report.warnings.append(unreported_note(report.missing_task_metrics, components))
 
 
 def _equal_groups_advice(r: CheckReport, scored_groups: list[list[float]]) -> str:

@@ -18,7 +18,7 @@ from grpo_magic.events import AlarmRaised, Event, StatusChanged, StepLogged
 from grpo_magic.text import one_line
 from grpo_magic.watch import EVAL, Watch, task_metrics_of
 
-__all__ = ["WATCH_STOP", "RunWatch", "alarm_dict", "watched_metrics"]
+__all__ = ["WATCH_STOP", "RunWatch", "alarm_dict", "unreported", "unreported_note", "watched_metrics"]
 
 #: How a stop asked by the watch (``--on-alarm stop``) begins its reason: every process of a run learns the reason
 #: at the step's end (the stop is agreed across processes), and the CLI exits with its own status for it.
@@ -31,6 +31,20 @@ def watched_metrics(params: GRPOParams, env: Any) -> tuple[str, ...] | None:
     if names is None:
         return None
     return names or task_metrics_of(env)
+
+
+def unreported(names: Iterable[str], reported: set[str]) -> list[str]:
+    """The watched names the env does not report (``eval``, the in-run evaluation, is not a component)."""
+    return [n for n in names if n != EVAL and n not in reported]
+
+
+def unreported_note(missing: list[str], components: set[str]) -> str:
+    """One sentence on watched task metrics the env does not report: said by the check and by a run's watch."""
+    names = ", ".join(repr(n) for n in missing)
+    what = f"task metric {names} is" if len(missing) == 1 else f"task metrics {names} are"
+    return (f"the watch's {what} not among score_episode's components "
+            f"({', '.join(sorted(components)) or 'it returns a bare score'}), so the watch cannot compare the reward "
+            f"with it; return {{'score': ..., {missing[0]!r}: ...}} or name a component with --watch.")
 
 
 def alarm_dict(event: AlarmRaised) -> dict[str, Any]:
@@ -105,16 +119,11 @@ class RunWatch:
         components = {k[len("components/"):] for k in metrics if k.startswith("components/")}
         if rows and rows[-1]["step"] == step:
             components |= set(rows[-1]["components"])
-        missing = [n for n in self.watch.task_metrics
-                   if n != EVAL and n not in components and n not in metrics]
+        missing = unreported(self.watch.task_metrics, components | set(metrics))
         if not missing:
             return True
         self.watch.task_metrics = tuple(n for n in self.watch.task_metrics if n not in missing)
-        known = ", ".join(sorted(components)) or "none"
-        self.pending.append(StatusChanged(status=self.phase(), message=(
-            f"watch: the env reports no task metric {', '.join(repr(n) for n in missing)} (its score components: "
-            f"{known}), so the watch cannot compare the reward with it; return it from score_episode as "
-            f"{{'score': ..., {missing[0]!r}: ...}} or name a component with --watch.")))
+        self.pending.append(StatusChanged(status=self.phase(), message=f"watch: {unreported_note(missing, components)}"))
         return True
 
     def flush(self, emit: Callable[[Event], None]) -> None:
