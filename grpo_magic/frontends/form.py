@@ -205,19 +205,7 @@ class TrainForm:
 
     def _trl_value(self, name: str) -> Any:
         assert self._trl_fields is not None
-        widget = self._trl_fields[name]
-        if not isinstance(widget, self._w.Text):
-            return widget.value
-        text = widget.value.strip()
-        if text == "":
-            return None
-        kind = GRPOParams.trl_fields()[name].kind
-        if kind in (int, float):
-            try:
-                return kind(text)
-            except ValueError:
-                return text  # validation names the bad value
-        return text
+        return self._read(self._trl_fields[name], lambda: GRPOParams.trl_fields()[name].kind)
 
     def trl_settings(self) -> dict[str, Any]:
         """The TRL settings given a value: the section's widgets once built, before that the form's own copy."""
@@ -305,18 +293,22 @@ class TrainForm:
         return None if self.env.value == MODULE_CHOICE else self.env.value
 
     def _value(self, name: str) -> Any:
-        raw = self.fields[name].value
-        if not isinstance(self.fields[name], self._w.Text):
-            return raw
-        text = raw.strip()
+        return self._read(self.fields[name], lambda: GRPOParams.field_type(name))
+
+    def _read(self, widget: Any, kind: Callable[[], Any]) -> Any:
+        """A widget's value; a text box's stripped text, empty as None, as an int or float where the field is one
+        (``kind()``, asked only for text boxes); text that is no number is kept for validation to name."""
+        if not isinstance(widget, self._w.Text):
+            return widget.value
+        text = widget.value.strip()
         if text == "":
             return None
-        kind = GRPOParams.field_type(name)
-        if kind in (int, float):
+        number = kind()
+        if number in (int, float):
             try:
-                return kind(text)
+                return number(text)
             except ValueError:
-                return text  # validation names the bad value
+                return text
         return text
 
     def params(self) -> GRPOParams:
