@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import shutil
@@ -205,15 +206,11 @@ def _root_name(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-_THEIRS: set[str] = set()
-
-
-def _their_private_names() -> set[str]:
+@functools.cache
+def _their_private_names() -> frozenset[str]:
     """The private attributes of TRL's trainer and config, transformers' Trainer and its state, and accelerate's
     Accelerator and process state (their classes' members and what their modules set on ``self``), less the
     private names grpo_magic defines itself (its own classes' attributes of the same name)."""
-    if _THEIRS:
-        return _THEIRS
     import inspect
 
     import accelerate
@@ -236,8 +233,7 @@ def _their_private_names() -> set[str]:
                 ours.add(node.name)
             elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
                 ours.add(node.attr)
-    _THEIRS.update(n for n in theirs - ours if not n.endswith("__"))
-    return _THEIRS
+    return frozenset(n for n in theirs - ours if not n.endswith("__"))
 
 
 def test_trl_internals_are_touched_in_trl_compat_only() -> None:
