@@ -43,6 +43,10 @@ _SECRET_KEY_VALUE = re.compile(
     re.IGNORECASE,
 )
 _ALREADY = re.compile(r"<[^<>]* redacted>")
+# What follows a key word in every match of _SECRET_KEY_VALUE: the rest of the key, its closing quote, the colon
+# and the value's opening quote. Tried only where a key word occurs (``_may_hold_secret_key``): a run-log line
+# names "num_tokens" and the like, whose values are numbers, and the full pattern tried at every quote costs more.
+_AFTER_KEY_WORD = re.compile(r"[^\"'\\\s:]*\\?[\"']\s*:\s*\\?[\"']")
 
 # Rule 3. The body of a shaped token must look random: at least one digit or capital letter (a
 # name such as hf_hub_download or sk-learn-compatible is left alone), or, for hf_, 20 characters.
@@ -67,6 +71,8 @@ _SHAPES = [
      f"{prefix if what == 'bearer token' else ''}<{what} redacted>")
     for what, prefix, rest in TOKEN_SHAPES
 ]
+# Any shape's prefix, in one scan: most lines hold none, and one scan costs less than a `in` per prefix.
+_ANY_PREFIX = re.compile("|".join(re.escape(prefix) for _, prefix, _ in TOKEN_SHAPES))
 
 
 _ENV_SEEN: tuple[dict | None, list[tuple[str, str]]] = (None, [])  # (a copy of the environment, its secrets)
@@ -112,6 +118,20 @@ def _key_redacted(match: re.Match[str]) -> str:
     return f"{quote}{key}{quote}{sep}{quote}<redacted>{quote}"
 
 
+def _may_hold_secret_key(text: str) -> bool:
+    """Whether ``_SECRET_KEY_VALUE`` can match: a key word followed by the rest of a key, a quote, a colon and
+    a quote (a necessary condition of each of its three forms), looked for only where a key word occurs. Case-folded,
+    not lowered: the pattern's IGNORECASE also takes "ſ" for "s", which only casefold() turns into one."""
+    lower = text.casefold()
+    for word in SECRET_KEY_WORDS:
+        start = lower.find(word)
+        while start != -1:
+            if _AFTER_KEY_WORD.match(lower, start + len(word)):
+                return True
+            start = lower.find(word, start + 1)
+    return False
+
+
 def redact(text: str) -> str:
     """``text`` without access tokens (the three rules of the module docstring).
 
@@ -125,12 +145,12 @@ def redact(text: str) -> str:
         for form in dict.fromkeys((value, json.dumps(value, ensure_ascii=False)[1:-1])):  # as is, and inside JSON
             if form in text:
                 text = text.replace(form, f"<{name} redacted>")
-    lower = text.lower()
-    if any(word in lower for word in SECRET_KEY_WORDS):
+    if _may_hold_secret_key(text):
         text = _SECRET_KEY_VALUE.sub(_key_redacted, text)
-    for prefix, pattern, replacement in _SHAPES:
-        if prefix in text:
-            text = pattern.sub(replacement, text)
+    if _ANY_PREFIX.search(text):
+        for prefix, pattern, replacement in _SHAPES:
+            if prefix in text:
+                text = pattern.sub(replacement, text)
     return text
 
 

@@ -89,6 +89,23 @@ def test_redact_leaves_ordinary_text_alone(monkeypatch):
     assert redact(text) == text
 
 
+@pytest.mark.unit
+def test_redact_finds_a_secret_keys_string_value_in_each_quoting_and_leaves_numbers_alone():
+    """Rule 2 is tried only where a key word is followed by a quote, a colon and a quote: each quoting still matches."""
+    secret = "s3cr3t-value-123"
+    cases = {
+        f'{{"api_key": "{secret}", "num_tokens": 12}}': '{"api_key": "<redacted>", "num_tokens": 12}',
+        f"{{'Password': '{secret}'}}": "{'Password': '<redacted>'}",
+        f'{{"rl_env_config": "{{\\"my_token\\": \\"{secret}\\"}}"}}':
+            '{"rl_env_config": "{\\"my_token\\": \\"<redacted>\\"}"}',
+        f'{{"\u017fecret": "{secret}"}}': '{"\u017fecret": "<redacted>"}',  # the pattern's IGNORECASE takes ſ for s
+    }
+    for text, expected in cases.items():
+        assert redact(text) == expected, text
+    line = '{"metrics": {"num_tokens": 12.0, "completions/mean_length": 3.5}, "tokens_seen": 40}'
+    assert redact(line) == line
+
+
 ENV_CELL = f'''
 from datasets import Dataset
 
