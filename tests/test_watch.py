@@ -75,6 +75,21 @@ def test_the_statistics():
 
 
 @pytest.mark.unit
+def test_repeat_coverage_with_a_floor_is_exact_above_it_and_below_it_otherwise():
+    """The watch asks only "repetitive or not" (floor = repeat_cover): pruning below the floor changes no verdict."""
+    texts = ["array array arrayThan array array", "banana banana", "abababab xyz", "aab" * 5 + "qwertyuiop",
+             "the cat sat on the mat and the dog ran", "x}}}}}}}}}}}}}}y", "abcdefghij" * 2]
+    for text in texts:
+        exact = repeat_coverage(text)
+        for floor in (0.3, 0.5, 0.8):
+            pruned = repeat_coverage(text, floor=floor)
+            assert pruned == exact if exact[0] >= floor else pruned[0] < floor, (text, floor, exact, pruned)
+    # Units that overlap themselves ("abab" in "ababab") are counted once per covered character.
+    assert repeat_coverage("abababab")[0] == 1.0
+    assert repeat_coverage("aaaXbbbY", max_n=3) == (0.375, "a")
+
+
+@pytest.mark.unit
 def test_task_metrics_come_from_the_env_class():
     from envs.hackable import BraceHackEnv, HonestLettersEnv, LetterHackEnv
 

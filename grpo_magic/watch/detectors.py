@@ -135,33 +135,45 @@ def trend(values: Sequence[float]) -> dict[str, float]:
 # ------------------------------------------------------------------------------------------- completion stats
 
 
-def repeat_coverage(text: str, max_n: int = 8, max_chars: int = 600) -> tuple[float, str]:
+def repeat_coverage(text: str, max_n: int = 8, max_chars: int = 600, floor: float = 0.0) -> tuple[float, str]:
     """The share of a text's non-space characters covered by its most frequent character n-gram (n = 1..8),
     and that n-gram. ``"aaaa"`` -> (1.0, "a"); ``"banana banana"`` -> (1.0, "banana"). Only the first ``max_chars``
-    characters are read (a bounded cost per completion)."""
+    characters are read (a bounded cost per completion).
+
+    ``floor``: only a unit covering at least this share is looked for (the watch asks "repetitive or not"): a share
+    at or above it is exact, one below it may be an underestimate. Most text stops after two or three n-gram counts.
+    """
     chars = "".join(text[:max_chars].split())
     best, unit = 0.0, ""
     length = len(chars)
     if not length:
         return 0.0, ""
+    need = floor * length  # a unit must cover at least this many characters to be of interest
+
+    def hopeless(most: float) -> bool:  # no unit covering at most ``most`` characters can be the answer
+        return most <= best * length or most < need
+
     bound = length  # the most frequent (n-1)-gram's count: no n-gram occurs more often
     for n in range(1, min(max_n, length) + 1):
-        if min(length, bound * max_n) <= best * length:  # no unit this long or longer can cover more than the best
+        if hopeless(min(length, bound * max_n)):  # no unit this long or longer can cover enough
             break
         # n-grams as tuples of characters, counted in C (zip), not as sliced strings in a Python loop
         grams = Counter(chars) if n == 1 else Counter(zip(*(chars[k:] for k in range(n)), strict=False))  # shorter tails end it
         top, count = grams.most_common(1)[0]
         bound = count
-        if count < 2 or min(length, count * n) <= best * length:  # no unit repeats, or it cannot beat the best
+        if count < 2 or hopeless(min(length, count * n)):  # no unit repeats, or it cannot cover enough
             continue
         gram = "".join(top)
-        covered = 0
-        end = -1
-        start = chars.find(gram)
-        while start != -1:  # characters covered by the occurrences (overlapping ones counted once)
-            covered += start + n - 1 - max(end, start - 1)
-            end = start + n - 1
-            start = chars.find(gram, start + 1)
+        if any(gram[:k] == gram[n - k:] for k in range(1, n)):  # occurrences may overlap ("aa", "abab"): walk them
+            covered = 0
+            end = -1
+            start = chars.find(gram)
+            while start != -1:  # characters covered by the occurrences (overlapping ones counted once)
+                covered += start + n - 1 - max(end, start - 1)
+                end = start + n - 1
+                start = chars.find(gram, start + 1)
+        else:  # a unit with no border never overlaps itself: its occurrences cover count x n characters
+            covered = count * n
         share = covered / length
         if share > best + 1e-12:
             best, unit = share, gram
@@ -178,12 +190,15 @@ def _spaced(items: Sequence[Any], limit: int) -> list[Any]:
     return [items[round(i * (len(items) - 1) / (limit - 1))] for i in range(limit)]
 
 
-def _trigrams(text: str, max_chars: int = 600) -> frozenset[str]:
+def _trigrams(text: str, max_chars: int = 600) -> frozenset[Any]:
+    """A text's character trigrams (lower case, runs of space as one), as tuples zipped in C: a set per text."""
     t = " ".join(text[:max_chars].lower().split())
-    return frozenset(t[i:i + 3] for i in range(max(1, len(t) - 2)))
+    if len(t) < 3:
+        return frozenset((t,))
+    return frozenset(zip(t, t[1:], t[2:]))
 
 
-def _similar(a: frozenset[str], b: frozenset[str], threshold: float) -> bool:
+def _similar(a: frozenset[Any], b: frozenset[Any], threshold: float) -> bool:
     if not a or not b:
         return a == b
     inter = len(a & b)
@@ -200,10 +215,15 @@ def collapse_share(pairs: Sequence[tuple[str, str]], threshold: float, limit: in
     pairs = _spaced(pairs, limit)
     cross = len({p for p, _ in pairs}) > 1
     grams = [_trigrams(c) for _, c in pairs]
+    sizes = [len(g) for g in grams]
     twin = [False] * len(pairs)
     for i in range(len(pairs)):
         for j in range(i + 1, len(pairs)):
             if (twin[i] and twin[j]) or (cross and pairs[i][0] == pairs[j][0]):
+                continue
+            # Jaccard >= threshold needs the smaller set to be at least threshold x the larger: skip the
+            # intersection of two texts of very different lengths
+            if min(sizes[i], sizes[j]) < threshold * max(sizes[i], sizes[j]):
                 continue
             if _similar(grams[i], grams[j], threshold):
                 twin[i] = twin[j] = True
@@ -402,22 +422,25 @@ class Watch:
                                        for e in self._evals[-2:]], "examples": self._examples_for()}, out)
         return out
 
-    def _text_stats(self, row: dict[str, Any]) -> None:
-        """A row's repetition and collapse statistics, computed once, on first use (see ``_row``)."""
-        if "repeat" in row:
+    def _text_stats(self, row: dict[str, Any], key: str) -> None:
+        """A row's repetition (``key`` "repeat") or collapse statistic, each computed once, when its detector first
+        asks (see ``_row``): after a detector has fired, its statistic is never computed again."""
+        if key in row:
             return
-        cover = [repeat_coverage(c) for c in row.pop("judged")]
-        repetitive = [u for share, u in cover if share >= self.settings["repeat_cover"]]
-        row["repeat"] = len(repetitive) / len(cover) if cover else None
-        row["repeat_unit"] = Counter(repetitive).most_common(1)[0][0] if repetitive else ""
-        row["collapse"] = collapse_share(row.pop("pairs"), self.settings["collapse_sim"])
+        if key == "repeat":
+            cover = [repeat_coverage(c, floor=self.settings["repeat_cover"]) for c in row.pop("judged")]
+            repetitive = [u for share, u in cover if share >= self.settings["repeat_cover"]]
+            row["repeat"] = len(repetitive) / len(cover) if cover else None
+            row["repeat_unit"] = Counter(repetitive).most_common(1)[0][0] if repetitive else ""
+        else:
+            row["collapse"] = collapse_share(row.pop("pairs"), self.settings["collapse_sim"])
 
     def _series(self, key: str, sub: str | None = None) -> tuple[list[int], list[float]]:
         rows = self.rows[-self.settings["window"]:]
         steps, values = [], []
         for r in rows:
             if key in ("repeat", "collapse"):
-                self._text_stats(r)
+                self._text_stats(r, key)
             v = r[key] if sub is None else r[key].get(sub)
             if v is not None:
                 steps.append(r["step"])
