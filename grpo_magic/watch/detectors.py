@@ -195,7 +195,7 @@ def _trigrams(text: str, max_chars: int = 600) -> frozenset[Any]:
     t = " ".join(text[:max_chars].lower().split())
     if len(t) < 3:
         return frozenset((t,))
-    return frozenset(zip(t, t[1:], t[2:]))
+    return frozenset(zip(t, t[1:], t[2:], strict=False))  # the shorter tails end it
 
 
 def _similar(a: frozenset[Any], b: frozenset[Any], threshold: float) -> bool:
