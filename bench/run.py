@@ -8,8 +8,9 @@
 Figures (see bench/RESULTS.md for what each one times and the latest numbers):
 
 - overhead_ratio: training-loop wall time of ``grpo_magic.train`` (events, run log, the dashboard
-  rendering headlessly) over a plain TRL ``GRPOTrainer`` script doing the same work, median of
-  pairwise ratios (goal <= 1.03).
+  rendering headlessly, the reward-hacking watch) over a plain TRL ``GRPOTrainer`` script doing the same
+  work, median of pairwise ratios (goal <= 1.03): 8 alternated pairs in 2 processes (a process's own layout
+  moves every pair of it by a percent or two). Where the time goes, part by part: bench/overhead_parts.py.
 - concurrent_scoring_speedup: a 50 ms-latency env, sequential scoring vs ``async def
   score_episode`` and ``rl_env_workers`` threads (goal >= 80% of the ideal).
 - import_ms: ``%load_ext grpo_magic`` in a fresh IPython shell, and proof torch is not imported.
@@ -53,7 +54,7 @@ RESULT_MARK = "@@BENCH_RESULT "
 LETTERS = {"batch_size": 16, "rl_num_generations": 8, "rl_max_new_tokens": 16, "lr": 5e-3, "rl_kl_coef": 0.0, "seed": 42}
 
 QUICK = {
-    "overhead": {"procs": 1, "reps": 5, "steps": 40, "sides": ["B", "A"]},
+    "overhead": {"procs": 2, "reps": 4, "steps": 40, "sides": ["B", "A"]},
     "scoring": {"steps": 3, "episodes": 32, "latency_s": 0.05},
     "import": {"runs": 3},
     "dashboard": {"paced_steps": 500, "step_s": 0.1, "memory_steps": (1000, 10000)},
