@@ -381,6 +381,29 @@ def test_an_agent_env_is_evaluated_on_whole_episodes_through_the_tool_loop():
     assert set(report.summary["pass_at_k"]) == {"pass@1", "pass@2"}
 
 
+@pytest.mark.timeout(600)
+def test_greedy_agent_episodes_are_one_a_prompt_paired_into_trls_groups_even_for_an_odd_count(monkeypatch):
+    """TRL's groups hold two rollouts; greedy ones are identical, so two prompts share a group (the last one of an
+    odd count runs twice) and each prompt gets its own greedy episode, in order."""
+    import grpo_magic.training.trainer as trainer
+    from envs.weather_agent import WeatherAgentEnv
+
+    seen: list[int] = []
+    real = trainer.rollouts
+
+    def counting(t, inputs):  # run_agent_episodes imports it at each call: the inputs TRL's tool loop gets
+        seen.append(len(inputs))
+        return real(t, inputs)
+
+    monkeypatch.setattr(trainer, "rollouts", counting)
+    report = grpo_magic.evaluate(WeatherAgentEnv(n_prompts=6), "tiny-agent", greedy_only=True, eval_split=0.5,
+                                 seed=0, baseline=None, rl_max_new_tokens=48)
+    prompts = [row["prompt"] for row in report.rows]
+    assert len(prompts) % 2 == 1 and len(set(prompts)) == len(prompts), prompts
+    assert seen == [len(prompts) + 1]  # one episode a prompt, the last one twice: whole groups of two
+    assert all(0.0 <= row["greedy_score"] <= 1.0 and isinstance(row["greedy"], str) for row in report.rows)
+
+
 @pytest.mark.timeout(900)
 def test_a_resumed_run_keeps_its_evaluations_and_its_baseline(digits_env, in_tmp):
     params = GRPOParams(

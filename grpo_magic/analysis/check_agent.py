@@ -34,17 +34,23 @@ class AgentEpisodes:
 
 
 def run_agent_episodes(params: GRPOParams, prepared: Any, model: Any, tokenizer: Any, reward: EnvReward,
-                       rows: list[dict[str, Any]], config_overrides: dict[str, Any] | None = None) -> AgentEpisodes:
+                       rows: list[dict[str, Any]], config_overrides: dict[str, Any] | None = None,
+                       per_row: int | None = None) -> AgentEpisodes:
     """``num_generations`` episodes of each row, run by TRL's tool loop with the policy ``model``.
 
     ``reward`` is built with the env's agent spec (``EnvReward(agent=...)``), which the trainer hands to TRL.
     ``config_overrides``: more GRPOConfig settings (``evaluate``'s greedy episodes turn ``do_sample`` off).
+    ``per_row``: episodes of each row when TRL's groups do not matter (their advantages are not read): one greedy
+    episode a row, TRL pairing the rows into its groups of two, instead of two identical episodes a row. The rows'
+    episodes must fill whole groups.
     """
     from grpo_magic.training.trainer import build_trainer, rollouts
 
     refuse_while_training()
 
-    n = params.rl_num_generations
+    n = params.rl_num_generations if per_row is None else per_row
+    if (len(rows) * n) % params.rl_num_generations:
+        raise ValueError(f"{len(rows)} rows of {n} episodes do not fill groups of {params.rl_num_generations}")
     with tempfile.TemporaryDirectory(prefix="grpo-check-") as out:
         config = params.to_grpo_config(out, max_steps=1, save_strategy="no", report_to=[], logging_steps=1,
                                        **(config_overrides or {}))

@@ -87,17 +87,25 @@ def agent_episodes(
     from .check_agent import run_agent_episodes
 
     def episodes(n: int, overrides: dict[str, Any]) -> list[tuple[list[str], list[EpisodeOutcome]]]:
-        # TRL groups at least two rollouts of a prompt; a greedy group's first episode is the greedy one.
-        group = max(2, n)
+        group = max(2, n)  # TRL's groups hold at least two rollouts: the first n of each are kept
         p = params.replace(rl_num_generations=group, batch_size=group, seed=seed)
         out = run_agent_episodes(p, prepared, model, tokenizer, reward, data, config_overrides=overrides)
         return [(out.texts[g][:n], out.outcomes[g * group : g * group + n]) for g in range(len(data))]
+
+    def greedy_episodes() -> list[tuple[list[str], list[EpisodeOutcome]]]:
+        # One greedy episode a prompt, TRL pairing the prompts into its groups of two (its advantages are not
+        # read here): half the episodes of two identical ones a prompt. An odd count runs its last prompt twice.
+        rows = data + data[-1:] if len(data) % 2 else data
+        p = params.replace(rl_num_generations=2, batch_size=2, seed=seed)
+        out = run_agent_episodes(p, prepared, model, tokenizer, reward, rows, per_row=1,
+                                 config_overrides={"generation_kwargs": {"do_sample": False}})
+        return [(out.texts[g], out.outcomes[g : g + 1]) for g in range(len(data))]
 
     import warnings
 
     with warnings.catch_warnings():  # transformers' renames (gradient_checkpointing...) say nothing to the user here
         ignore_setting_warnings()
-        greedy_groups = episodes(1, {"generation_kwargs": {"do_sample": False}}) if greedy else []
+        greedy_groups = greedy_episodes() if greedy else []
         sampled_groups = episodes(samples, {}) if samples else []
     return greedy_groups, sampled_groups
 
