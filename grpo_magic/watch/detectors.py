@@ -141,7 +141,7 @@ def repeat_coverage(text: str, max_n: int = 8, max_chars: int = 600, floor: floa
     characters are read (a bounded cost per completion).
 
     ``floor``: only a unit covering at least this share is looked for (the watch asks "repetitive or not"): a share
-    at or above it is exact, one below it may be an underestimate. Most text stops after two or three n-gram counts.
+    at or above it is exact, one below it may be an underestimate. Text with no frequent unit stops after a few counts.
     """
     chars = "".join(text[:max_chars].split())
     best, unit = 0.0, ""
