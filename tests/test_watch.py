@@ -12,7 +12,7 @@ import pytest
 
 from grpo_magic.events import GroupScored, RunStarted, StepLogged
 from grpo_magic.watch import KINDS, Alarm, Watch, task_metrics_of, watch_run_log
-from grpo_magic.watch.detectors import collapse_share, mann_kendall, repeat_coverage, theil_sen
+from grpo_magic.watch.detectors import collapse_share, is_repetitive, mann_kendall, repeat_coverage, theil_sen
 
 PROMPTS = ["What is the capital of France? ", "Which animal says moo? ", "What do bees make? ", "What is ice? "]
 WORDS = "the a model reply answer city river house green small quick tree stone cloud paper music light".split()
@@ -84,6 +84,9 @@ def test_repeat_coverage_with_a_floor_is_exact_above_it_and_below_it_otherwise()
         for floor in (0.3, 0.5, 0.8):
             pruned = repeat_coverage(text, floor=floor)
             assert pruned == exact if exact[0] >= floor else pruned[0] < floor, (text, floor, exact, pruned)
+            assert is_repetitive(text, floor) == (exact[0] >= floor), (text, floor, exact)
+    # The shortest unit past the floor ends the search: "a" (60%), not the best unit "aba" (100%).
+    assert repeat_coverage("ababaababaababa", floor=0.5, first=True)[1] != repeat_coverage("ababaababaababa")[1]
     # Units that overlap themselves ("abab" in "ababab") are counted once per covered character.
     assert repeat_coverage("abababab")[0] == 1.0
     assert repeat_coverage("aaaXbbbY", max_n=3) == (0.375, "a")

@@ -135,13 +135,16 @@ def trend(values: Sequence[float]) -> dict[str, float]:
 # ------------------------------------------------------------------------------------------- completion stats
 
 
-def repeat_coverage(text: str, max_n: int = 8, max_chars: int = 600, floor: float = 0.0) -> tuple[float, str]:
+def repeat_coverage(text: str, max_n: int = 8, max_chars: int = 600, floor: float = 0.0,
+                    first: bool = False) -> tuple[float, str]:
     """The share of a text's non-space characters covered by its most frequent character n-gram (n = 1..8),
     and that n-gram. ``"aaaa"`` -> (1.0, "a"); ``"banana banana"`` -> (1.0, "banana"). Only the first ``max_chars``
     characters are read (a bounded cost per completion).
 
     ``floor``: only a unit covering at least this share is looked for (the watch asks "repetitive or not"): a share
     at or above it is exact, one below it may be an underestimate. Text with no frequent unit stops after a few counts.
+    ``first``: stop at the shortest unit that reaches ``floor`` (its share, which is then at least ``floor``, and
+    that unit, not necessarily the best): enough to tell "repetitive or not" (``is_repetitive``).
     """
     chars = "".join(text[:max_chars].split())
     best, unit = 0.0, ""
@@ -177,7 +180,15 @@ def repeat_coverage(text: str, max_n: int = 8, max_chars: int = 600, floor: floa
         share = covered / length
         if share > best + 1e-12:
             best, unit = share, gram
+            if first and best >= floor:
+                break
     return best, unit
+
+
+def is_repetitive(text: str, share: float) -> bool:
+    """Does one repeated unit (``repeat_coverage``) cover at least ``share`` of the text? The same verdict as
+    ``repeat_coverage(text)[0] >= share``, in about half its time: the search ends at the first unit that does."""
+    return repeat_coverage(text, floor=share, first=True)[0] >= share
 
 
 REPEAT_JUDGED = 8  # completions judged for repetition per step (evenly spaced): a bounded cost per step
@@ -428,12 +439,21 @@ class Watch:
         if key in row:
             return
         if key == "repeat":
-            cover = [repeat_coverage(c, floor=self.settings["repeat_cover"]) for c in row.pop("judged")]
-            repetitive = [u for share, u in cover if share >= self.settings["repeat_cover"]]
-            row["repeat"] = len(repetitive) / len(cover) if cover else None
-            row["repeat_unit"] = Counter(repetitive).most_common(1)[0][0] if repetitive else ""
+            judged = row.pop("judged")
+            # Which completions are repetitive is all the statistic needs; the unit each repeats is looked for
+            # only when an alarm names it (``_repeat_unit``).
+            row["repetitive"] = [c for c in judged if is_repetitive(c, self.settings["repeat_cover"])]
+            row["repeat"] = len(row["repetitive"]) / len(judged) if judged else None
         else:
             row["collapse"] = collapse_share(row.pop("pairs"), self.settings["collapse_sim"])
+
+    def _repeat_unit(self) -> str:
+        """The unit repeated most often in the repetitive completions of the last step that had any."""
+        floor = self.settings["repeat_cover"]
+        for row in reversed(self.rows):
+            if row.get("repetitive"):
+                return Counter(repeat_coverage(c, floor=floor)[1] for c in row["repetitive"]).most_common(1)[0][0]
+        return ""
 
     def _series(self, key: str, sub: str | None = None) -> tuple[list[int], list[float]]:
         rows = self.rows[-self.settings["window"]:]
@@ -519,7 +539,7 @@ class Watch:
             rsteps, rep = self._series("repeat")
             recent = rep[-s["recent"]:]
             if len(rep) >= s["min_steps"] and _mean(recent) >= s["repeat_share"] and self._rises(rep)[0]:
-                unit = next((r["repeat_unit"] for r in reversed(self.rows) if r.get("repeat_unit")), "")
+                unit = self._repeat_unit()
                 self._fire("repetition", step, (
                     f"While the reward rose ({reward[0]:.2f} to {reward[-1]:.2f}), {recent[-1]:.0%} of the "
                     f"completions at step {step} became one repeated {unit!r} covering most of their text."),
