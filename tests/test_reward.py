@@ -187,3 +187,82 @@ def test_model_is_in_eval_mode_under_no_grad_during_episodes_and_back_after():
         _call(reward, 3)
         assert model.training and torch.is_grad_enabled()
     assert seen == [(False, False)] * 6
+
+
+def test_a_scorer_that_never_uses_the_policy_leaves_its_mode_alone_but_still_runs_under_no_grad():
+    class Counting(torch.nn.Linear):
+        switches = 0
+
+        def train(self, mode: bool = True):
+            Counting.switches += 1
+            return super().train(mode)
+
+    seen = []
+
+    class RuleBased(Seen):
+        def score_episode(self, model, tokenizer, completion):  # a rule: the policy is never touched
+            seen.append(torch.is_grad_enabled())
+            return float(len(completion) % 2)
+
+    class Judge(Seen):
+        def score_episode(self, model, tokenizer, completion):
+            seen.append(model.training)
+            return 0.5
+
+    model = Counting(2, 2)
+    for env, switches in ((RuleBased([]), 0), (Judge([]), 2)):  # eval, then train again after the batch
+        Counting.switches = 0
+        reward = EnvReward(env)
+        reward.bind(model, None)
+        _call(reward, 3)
+        assert Counting.switches == switches and model.training
+    assert seen == [False] * 3 + [False] * 3  # no grad for the rule; eval mode for the judge
+
+
+def test_reads_policy_is_false_only_for_code_that_provably_never_names_the_policy():
+    import functools
+
+    from grpo_magic.environment.episodes import reads_policy
+
+    def wrap(f):
+        @functools.wraps(f)
+        def wrapper(*args, **kwargs):
+            return f(*args, **kwargs)
+        return wrapper
+
+    class Env:
+        def rule(self, policy, tokenizer, completion, **columns):
+            return len(completion)
+
+        def judge(self, model, tokenizer, completion):
+            return model(completion)
+
+        def closure(self, model, tokenizer, completion):
+            return (lambda: model)()
+
+        def comprehension(self, model, tokenizer, completion):
+            return [model for _ in completion]
+
+        def frame(self, model, tokenizer, completion):
+            return locals()
+
+        def star(self, *args):
+            return 1
+
+        def rebinds(self, model, tokenizer, completion):
+            model = None
+            return model
+
+        @wrap
+        def decorated(self, model, tokenizer, completion):
+            return 1
+
+        @staticmethod
+        def static_rule(model, tokenizer, completion):
+            return 1
+
+    env = Env()
+    assert not reads_policy(env.rule) and not reads_policy(env.static_rule)
+    for name in ("judge", "closure", "comprehension", "frame", "star", "rebinds", "decorated"):
+        assert reads_policy(getattr(env, name)), name
+    assert reads_policy(len) and reads_policy(functools.partial(env.rule, None))

@@ -20,7 +20,7 @@ from grpo_magic.trl_compat import reward_call_kwargs
 
 from .agent import last_assistant_text, not_offered_calls, tool_calls_of, transcript
 from .env import ENV_PROMPT_COLUMN, episode_parameters, prompt_text
-from .episodes import EpisodeRunner
+from .episodes import EpisodeRunner, reads_policy
 from .scores import EpisodeOutcome, normalize_score
 
 __all__ = ["BatchRecord", "EnvErrorRateExceeded", "EnvReward", "EpisodeOutcome", "error_rate_failure", "normalize_score"]
@@ -286,7 +286,8 @@ class EnvReward:
             return method(model, tokenizer, list(prompts), list(completions), **columns, **extras)
 
         return self.runner.run_batch(call, len(completions), is_async=inspect.iscoroutinefunction(method),
-                                     model=model, what=f"{type(env).__name__}.score_completions()")
+                                     model=model, what=f"{type(env).__name__}.score_completions()",
+                                     switch_mode=reads_policy(method))
 
     def score_batch(self, completions: list[str], kwargs_list: list[dict[str, Any]],
                     envs: list[Any] | None = None) -> list[EpisodeOutcome]:
@@ -300,4 +301,7 @@ class EnvReward:
             (lambda e=e, c=c, kw=kw: e.score_episode(model, tokenizer, c, **kw))
             for e, c, kw in zip(envs, completions, kwargs_list, strict=True)
         ]
-        return self.runner.run(episodes, is_async=self.is_async, model=model)
+        # The policy is switched to eval mode only for a scorer that may use it (a judge, a generator).
+        distinct = {id(e): e for e in envs}.values()
+        switch = "generator" in self._names or any(reads_policy(e.score_episode) for e in distinct)
+        return self.runner.run(episodes, is_async=self.is_async, model=model, switch_mode=switch)
