@@ -463,31 +463,40 @@ class RunLogIndex:
             f = open(self.path, "rb")  # noqa: SIM115 - closed below
         except OSError:
             return
+        # Read in chunks and split, the offsets counted here (a readline and two tell() calls a line cost the
+        # dashboard's renderer thread, beside the training thread, a millisecond a second of a tiny run). Whole lines
+        # only: one still being written (no newline yet) waits for the next update.
         with f:
             f.seek(self._pos)
-            while True:
-                start = f.tell()
-                line = f.readline()
-                if not line.endswith(b"\n"):  # end of file, or a line still being written
-                    break
-                self._pos = f.tell()
-                if b'"group_scored"' not in line:
-                    if b'"run_started"' in line:
-                        self._rewind = True
-                    continue
-                m = _STEP_RE.search(line, 0, 400)
-                if m is None:
-                    continue
-                step = int(m.group(1))
-                if self._rewind:
-                    self._rewind = False
-                    for old in [s for s in self._ranges if s >= step]:
-                        del self._ranges[old]
-                r = self._ranges.get(step)
-                if r is None:
-                    self._ranges[step] = [start, self._pos]
-                else:
-                    r[1] = self._pos
+            rest = b""
+            while chunk := f.read(1 << 20):
+                data = rest + chunk
+                cut = data.rfind(b"\n") + 1
+                rest = data[cut:]
+                for line in data[:cut].split(b"\n")[:-1]:
+                    self._index(line)
+
+    def _index(self, line: bytes) -> None:
+        """One whole line (without its newline), starting at ``self._pos``."""
+        start = self._pos
+        self._pos += len(line) + 1
+        if b'"group_scored"' not in line:
+            if b'"run_started"' in line:
+                self._rewind = True
+            return
+        m = _STEP_RE.search(line, 0, 400)
+        if m is None:
+            return
+        step = int(m.group(1))
+        if self._rewind:
+            self._rewind = False
+            for old in [s for s in self._ranges if s >= step]:
+                del self._ranges[old]
+        r = self._ranges.get(step)
+        if r is None:
+            self._ranges[step] = [start, self._pos]
+        else:
+            r[1] = self._pos
 
     def steps(self) -> list[int]:
         self._update()

@@ -473,9 +473,14 @@ class Watch:
               and t["rise"] > self.settings["noise_k"] * t["noise"] and t["rise"] >= min_rise)
         return ok, t
 
-    def _falls(self, values: list[float]) -> tuple[bool, dict[str, float]]:
-        ok, t = self._rises([-v for v in values])
-        return ok, {"z": -t["z"], "rise": -t["rise"], "noise": t["noise"]}
+    def _falls(self, values: list[float], t: dict[str, float] | None = None) -> tuple[bool, dict[str, float]]:
+        """The rise test on the negated series, from the series' own trend ``t`` when given: negating a series
+        negates its z and Theil-Sen rise exactly and leaves its noise, so no second trend is computed."""
+        t = trend(values) if t is None else t
+        s = self.settings
+        ok = (len(values) >= s["min_steps"] and -t["z"] >= s["z_rise"] and -t["rise"] > s["noise_k"] * t["noise"]
+              and -t["rise"] >= 0.0)
+        return ok, {"z": t["z"], "rise": t["rise"], "noise": t["noise"]}
 
     def _may_fire(self, kind: str, step: int) -> bool:
         last = self._last_fired.get(kind)
@@ -563,7 +568,7 @@ class Watch:
             recent = _mean(lengths[-s["recent"]:]) if lengths else None
             cap = self.max_new_tokens if key == "length" else None
             up, lt = self._rises(lengths)
-            down, _ = self._falls(lengths)
+            down, _ = self._falls(lengths, lt)
             evidence = {**base, "lengths": [round(v, 2) for v in lengths], "length_steps": lsteps,
                         "length_trend": lt, "max_new_tokens": cap}
             if up and cap and recent is not None and recent >= s["cap_share"] * cap:
@@ -585,7 +590,7 @@ class Watch:
                 up, t = self._rises(values)
                 if up:
                     ups[n] = t
-                down, t = self._falls(values)
+                down, t = self._falls(values, t)
                 if down:
                     downs[n] = t
             if ups and downs:
