@@ -238,7 +238,7 @@ def submitter_cuda_device() -> int | None:
 
 # What a function reads its locals with besides its own code: one that calls these may read the policy unseen.
 _FRAME_READERS = frozenset({"locals", "vars", "eval", "exec", "_getframe", "currentframe", "stack", "getframeinfo"})
-_READS_POLICY: dict[Any, bool] = {}
+_READS_POLICY: dict[tuple[Any, int], bool] = {}  # (code, index of the policy parameter) -> reads it
 
 
 def reads_policy(score: Callable[..., Any]) -> bool:
@@ -255,10 +255,10 @@ def reads_policy(score: Callable[..., Any]) -> bool:
     code = getattr(func, "__code__", None)
     if code is None or hasattr(func, "__wrapped__"):
         return True
-    known = _READS_POLICY.get(code)
+    index = 1 if getattr(score, "__self__", None) is not None else 0  # a bound method's first parameter is self
+    known = _READS_POLICY.get((code, index))
     if known is not None:
         return known
-    index = 1 if getattr(score, "__self__", None) is not None else 0  # a bound method's first parameter is self
     names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
     if code.co_argcount <= index or code.co_names and not _FRAME_READERS.isdisjoint(code.co_names):
         reads = True
@@ -267,7 +267,7 @@ def reads_policy(score: Callable[..., Any]) -> bool:
         reads = name in code.co_cellvars or any(  # any instruction on it (LOAD_FAST, STORE_FAST, LOAD_FAST_LOAD_FAST...)
             ins.argval == name or (isinstance(ins.argval, tuple) and name in ins.argval)
             for ins in dis.get_instructions(code) if "FAST" in ins.opname)
-    _READS_POLICY[code] = reads
+    _READS_POLICY[(code, index)] = reads
     return reads
 
 
