@@ -260,7 +260,7 @@ def reads_policy(score: Callable[..., Any]) -> bool:
     if known is not None:
         return known
     names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
-    if code.co_argcount <= index or code.co_names and not _FRAME_READERS.isdisjoint(code.co_names):
+    if code.co_argcount <= index or not _FRAME_READERS.isdisjoint(code.co_names):
         reads = True
     else:
         name = names[index]
