@@ -25,6 +25,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 KINDS = ("divergence", "repetition", "collapse", "length", "proxy")
@@ -135,6 +136,9 @@ def trend(values: Sequence[float]) -> dict[str, float]:
 # ------------------------------------------------------------------------------------------- completion stats
 
 
+_COUNT = itemgetter(1)
+
+
 def repeat_coverage(text: str, max_n: int = 8, max_chars: int = 600, floor: float = 0.0,
                     first: bool = False) -> tuple[float, str]:
     """The share of a text's non-space characters covered by its most frequent character n-gram (n = 1..8),
@@ -162,7 +166,7 @@ def repeat_coverage(text: str, max_n: int = 8, max_chars: int = 600, floor: floa
             break
         # n-grams as tuples of characters, counted in C (zip), not as sliced strings in a Python loop
         grams = Counter(chars) if n == 1 else Counter(zip(*(chars[k:] for k in range(n)), strict=False))  # shorter tails end it
-        top, count = grams.most_common(1)[0]
+        top, count = max(grams.items(), key=_COUNT)  # most_common(1)'s answer, ties included, without its heapq call
         bound = count
         if count < 2 or hopeless(min(length, count * n)):  # no unit repeats, or it cannot cover enough
             continue
@@ -225,18 +229,21 @@ def collapse_share(pairs: Sequence[tuple[str, str]], threshold: float, limit: in
         return None
     pairs = _spaced(pairs, limit)
     cross = len({p for p, _ in pairs}) > 1
+    prompts = [p for p, _ in pairs]
     grams = [_trigrams(c) for _, c in pairs]
     sizes = [len(g) for g in grams]
     twin = [False] * len(pairs)
     for i in range(len(pairs)):
+        gi, si, pi = grams[i], sizes[i], prompts[i]
         for j in range(i + 1, len(pairs)):
-            if (twin[i] and twin[j]) or (cross and pairs[i][0] == pairs[j][0]):
+            if (twin[i] and twin[j]) or (cross and pi == prompts[j]):
                 continue
             # Jaccard >= threshold needs the smaller set to be at least threshold x the larger: skip the
             # intersection of two texts of very different lengths
-            if min(sizes[i], sizes[j]) < threshold * max(sizes[i], sizes[j]):
+            sj = sizes[j]
+            if (sj if sj < si else si) < threshold * (si if sj < si else sj):
                 continue
-            if _similar(grams[i], grams[j], threshold):
+            if _similar(gi, grams[j], threshold):
                 twin[i] = twin[j] = True
     return sum(twin) / len(twin)
 
@@ -305,7 +312,8 @@ class Watch:
         self.rows: list[dict[str, Any]] = []  # one per logged step: the per-step statistics the detectors read
         self._last_fired: dict[str, int] = {}
         self._groups: dict[int, list[Any]] = {}
-        self._examples: list[dict[str, Any]] = []
+        self._examples: list[tuple[str, str, float | None, dict[str, Any]]] = []
+        self._examples_sorted = True
         self._evals: list[tuple[int, float, float]] = []  # (step, held-out mean, its standard error)
 
     # ----------------------------------------------------------------------------------------- feeding events
@@ -387,7 +395,8 @@ class Watch:
         judged = [c for _, c, _, _ in completions if len("".join(c.split())) >= 8]
         length = _number(metrics.get("completions/mean_length"))
         if completions:
-            self._examples = sorted(completions, key=lambda x: -(x[2] if x[2] is not None else -1.0))
+            self._examples = completions  # the last step's episodes, best first once an alarm asks (_examples_for)
+            self._examples_sorted = False
         return {
             "step": step,
             "reward": reward,
@@ -455,6 +464,19 @@ class Watch:
                 return Counter(repeat_coverage(c, floor=floor)[1] for c in row["repetitive"]).most_common(1)[0][0]
         return ""
 
+    def _recent_level(self, key: str) -> float | None:
+        """The mean of a text statistic (``repeat`` or ``collapse``) over its last ``recent`` values in the window,
+        computing it for those rows only: a detector whose level is below its threshold never fires, so the older
+        rows' statistics are computed only once the level is reached (the same verdicts as over the whole series)."""
+        values: list[float] = []
+        for r in reversed(self.rows[-self.settings["window"]:]):
+            self._text_stats(r, key)
+            if r[key] is not None:
+                values.append(float(r[key]))
+                if len(values) == self.settings["recent"]:
+                    break
+        return _mean(values)
+
     def _series(self, key: str, sub: str | None = None) -> tuple[list[int], list[float]]:
         rows = self.rows[-self.settings["window"]:]
         steps, values = [], []
@@ -493,6 +515,9 @@ class Watch:
         out.append(alarm)
 
     def _examples_for(self, key: Any = None, n: int = 3) -> list[dict[str, Any]]:
+        if not self._examples_sorted:
+            self._examples.sort(key=lambda x: -(x[2] if x[2] is not None else -1.0))
+            self._examples_sorted = True
         pool = sorted(self._examples, key=key) if key is not None else self._examples
         out, seen = [], set()
         for prompt, completion, score, comps in pool:
@@ -510,7 +535,12 @@ class Watch:
         out: list[Alarm] = []
         steps, reward = self._series("reward")
         rising, rt = self._rises(reward, s["min_rise"])
-        base = {"steps": steps, "reward": [round(v, 4) for v in reward], "reward_trend": rt}
+        tasks_evidence: dict[str, Any] = {}
+
+        def base(**more: Any) -> dict[str, Any]:  # an alarm's evidence, built only when one fires
+            return {"steps": steps, "reward": [round(v, 4) for v in reward], "reward_trend": rt, **tasks_evidence,
+                    **more}
+
         lagging: list[str] = []  # task metrics that do not rise with the reward
         task_series: dict[str, list[float]] = {}
         task_trends: dict[str, dict[str, float]] = {}
@@ -526,8 +556,7 @@ class Watch:
             if t["rise"] + s["task_se_k"] * t["se"] < s["follow"] * rt["rise"]:
                 lagging.append(name)
         if task_series:
-            base["tasks"] = task_series
-            base["task_trends"] = task_trends
+            tasks_evidence.update(tasks=task_series, task_trends=task_trends)
         # Degeneration counts only while the reward rises and no task metric rises with it.
         unexplained = rising and (not task_series or len(lagging) == len(task_series))
 
@@ -538,9 +567,10 @@ class Watch:
                 f"The reward rose from {reward[0]:.2f} to {reward[-1]:.2f} over steps {steps[0]}-{steps[-1]} while "
                 f"the task metric '{name}' did not rise ({values[0]:.2f} to {values[-1]:.2f}): the model may be "
                 "gaming the reward instead of doing the task."),
-                {**base, "metric": name, "examples": self._examples_for()}, out)
+                base(metric=name, examples=self._examples_for()), out)
 
-        if unexplained and self._may_fire("repetition", step):
+        if unexplained and self._may_fire("repetition", step) and (
+                self._recent_level("repeat") or 0.0) >= s["repeat_share"]:
             rsteps, rep = self._series("repeat")
             recent = rep[-s["recent"]:]
             if len(rep) >= s["min_steps"] and _mean(recent) >= s["repeat_share"] and self._rises(rep)[0]:
@@ -548,10 +578,11 @@ class Watch:
                 self._fire("repetition", step, (
                     f"While the reward rose ({reward[0]:.2f} to {reward[-1]:.2f}), {recent[-1]:.0%} of the "
                     f"completions at step {step} became one repeated {unit!r} covering most of their text."),
-                    {**base, "repetitive_share": [round(v, 3) for v in rep], "repetitive_steps": rsteps,
-                     "unit": unit, "examples": self._examples_for(lambda x: -repeat_coverage(x[1])[0])}, out)
+                    base(repetitive_share=[round(v, 3) for v in rep], repetitive_steps=rsteps, unit=unit,
+                         examples=self._examples_for(lambda x: -repeat_coverage(x[1])[0])), out)
 
-        if unexplained and self._may_fire("collapse", step):
+        if unexplained and self._may_fire("collapse", step) and (
+                self._recent_level("collapse") or 0.0) >= s["collapse_share"]:
             csteps, col = self._series("collapse")
             recent = col[-s["recent"]:]
             if len(col) >= s["min_steps"] and _mean(recent) >= s["collapse_share"] and self._rises(col)[0]:
@@ -559,8 +590,8 @@ class Watch:
                     f"While the reward rose ({reward[0]:.2f} to {reward[-1]:.2f}), {recent[-1]:.0%} of the "
                     f"completions at step {step} were near-copies of the replies to other prompts: one reply "
                     "for every prompt."),
-                    {**base, "collapse_share": [round(v, 3) for v in col], "collapse_steps": csteps,
-                     "examples": self._examples_for()}, out)
+                    base(collapse_share=[round(v, 3) for v in col], collapse_steps=csteps,
+                         examples=self._examples_for()), out)
 
         if unexplained and self._may_fire("length", step):
             key = "length" if any(r["length"] is not None for r in self.rows) else "chars"
@@ -569,18 +600,21 @@ class Watch:
             cap = self.max_new_tokens if key == "length" else None
             up, lt = self._rises(lengths)
             down, _ = self._falls(lengths, lt)
-            evidence = {**base, "lengths": [round(v, 2) for v in lengths], "length_steps": lsteps,
-                        "length_trend": lt, "max_new_tokens": cap}
+
+            def evidence(**more: Any) -> dict[str, Any]:
+                return base(lengths=[round(v, 2) for v in lengths], length_steps=lsteps, length_trend=lt,
+                            max_new_tokens=cap, **more)
+
             if up and cap and recent is not None and recent >= s["cap_share"] * cap:
                 self._fire("length", step, (
                     f"While the reward rose ({reward[0]:.2f} to {reward[-1]:.2f}), the completions ran to the "
                     f"length cap: {lengths[0]:.1f} to {lengths[-1]:.1f} tokens of {cap}."),
-                    {**evidence, "direction": "cap", "examples": self._examples_for(lambda x: -len(x[1]))}, out)
+                    evidence(direction="cap", examples=self._examples_for(lambda x: -len(x[1]))), out)
             elif down and recent is not None and lengths and recent <= s["tiny_share"] * max(lengths[0], 1e-9):
                 self._fire("length", step, (
                     f"While the reward rose ({reward[0]:.2f} to {reward[-1]:.2f}), the completions shrank to "
                     f"almost nothing: {lengths[0]:.1f} to {lengths[-1]:.1f} {'tokens' if cap else 'characters'}."),
-                    {**evidence, "direction": "nothing", "examples": self._examples_for(lambda x: len(x[1]))}, out)
+                    evidence(direction="nothing", examples=self._examples_for(lambda x: len(x[1]))), out)
 
         if self._may_fire("proxy", step):
             names = sorted({k for r in self.rows[-s["window"]:] for k in r["components"]})
@@ -601,9 +635,8 @@ class Watch:
                     f"The reward component '{a}' rose ({va[0]:.2f} to {va[-1]:.2f}) while '{b}' fell "
                     f"({vb[0]:.2f} to {vb[-1]:.2f}) over steps {series[a][0][0]}-{step}: one part of the reward "
                     "is taking over the others."),
-                    {**base, "rising": a, "falling": b, "components": {a: [round(v, 4) for v in va],
-                                                                       b: [round(v, 4) for v in vb]},
-                     "component_trends": {a: ups[a], b: downs[b]}, "examples": self._examples_for()}, out)
+                    base(rising=a, falling=b, components={a: [round(v, 4) for v in va], b: [round(v, 4) for v in vb]},
+                         component_trends={a: ups[a], b: downs[b]}, examples=self._examples_for()), out)
         return out
 
 
