@@ -194,6 +194,27 @@ def test_a_repeated_ngram_while_the_reward_rises_raises_repetition():
 
 
 @pytest.mark.unit
+def test_older_steps_text_statistics_wait_until_the_recent_level_reaches_the_threshold():
+    # While the last 3 steps are not repetitive, the detector cannot fire: only those steps are judged (the cost of
+    # an honest run whose reward rises). Once the hack starts, the whole window is judged and the alarm is the same.
+    watch = Watch()
+    events = list(run_events(rising(), completions=degenerate('"}}}}}\n', from_step=20)))
+    eager = Watch()
+    eager._recent_level = lambda key: 1.0  # every row's statistic as soon as its detector is reached
+    alarms = watch.observe(e for e in events if e.get("step", 0) < 20)
+    eager_alarms = eager.observe(e for e in events if e.get("step", 0) < 20)
+    judged = [r["step"] for r in watch.rows if "repeat" in r]
+    assert alarms == eager_alarms == [] and judged, judged
+    # from the first step the reward rose: its last 3 steps, then one a step; the eager watch judged the window
+    assert judged == list(range(judged[0], 20)) and judged[0] > 1, judged
+    assert [r["step"] for r in eager.rows if "repeat" in r] == list(range(1, 20))
+    alarms += watch.observe(e for e in events if e.get("step", 0) >= 20)
+    eager_alarms += eager.observe(e for e in events if e.get("step", 0) >= 20)
+    assert [a.to_dict() for a in alarms] == [a.to_dict() for a in eager_alarms]
+    assert "repetition" in kinds(alarms)
+
+
+@pytest.mark.unit
 def test_repetition_that_the_task_rewards_too_is_no_alarm():
     # the letters env: the task *is* "write a many times", and the task metric rises with the reward
     reward = rising()
