@@ -312,8 +312,7 @@ class Watch:
         self.rows: list[dict[str, Any]] = []  # one per logged step: the per-step statistics the detectors read
         self._last_fired: dict[str, int] = {}
         self._groups: dict[int, list[Any]] = {}
-        self._examples: list[tuple[str, str, float | None, dict[str, Any]]] = []
-        self._examples_sorted = True
+        self._examples: list[tuple[str, str, float | None, dict[str, Any]]] = []  # the last step's episodes
         self._evals: list[tuple[int, float, float]] = []  # (step, held-out mean, its standard error)
 
     # ----------------------------------------------------------------------------------------- feeding events
@@ -395,8 +394,7 @@ class Watch:
         judged = [c for _, c, _, _ in completions if len("".join(c.split())) >= 8]
         length = _number(metrics.get("completions/mean_length"))
         if completions:
-            self._examples = completions  # the last step's episodes, best first once an alarm asks (_examples_for)
-            self._examples_sorted = False
+            self._examples = completions  # sorted only when an alarm shows them (_examples_for)
         return {
             "step": step,
             "reward": reward,
@@ -515,10 +513,9 @@ class Watch:
         out.append(alarm)
 
     def _examples_for(self, key: Any = None, n: int = 3) -> list[dict[str, Any]]:
-        if not self._examples_sorted:
-            self._examples.sort(key=lambda x: -(x[2] if x[2] is not None else -1.0))
-            self._examples_sorted = True
-        pool = sorted(self._examples, key=key) if key is not None else self._examples
+        pool = sorted(self._examples, key=lambda x: -(x[2] if x[2] is not None else -1.0))  # best first
+        if key is not None:
+            pool.sort(key=key)  # stable: best first among equals
         out, seen = [], set()
         for prompt, completion, score, comps in pool:
             if completion in seen:
@@ -572,11 +569,10 @@ class Watch:
         if unexplained and self._may_fire("repetition", step) and (
                 self._recent_level("repeat") or 0.0) >= s["repeat_share"]:
             rsteps, rep = self._series("repeat")
-            recent = rep[-s["recent"]:]
-            if len(rep) >= s["min_steps"] and _mean(recent) >= s["repeat_share"] and self._rises(rep)[0]:
+            if len(rep) >= s["min_steps"] and self._rises(rep)[0]:  # its recent level: checked above
                 unit = self._repeat_unit()
                 self._fire("repetition", step, (
-                    f"While the reward rose ({reward[0]:.2f} to {reward[-1]:.2f}), {recent[-1]:.0%} of the "
+                    f"While the reward rose ({reward[0]:.2f} to {reward[-1]:.2f}), {rep[-1]:.0%} of the "
                     f"completions at step {step} became one repeated {unit!r} covering most of their text."),
                     base(repetitive_share=[round(v, 3) for v in rep], repetitive_steps=rsteps, unit=unit,
                          examples=self._examples_for(lambda x: -repeat_coverage(x[1])[0])), out)
@@ -584,10 +580,9 @@ class Watch:
         if unexplained and self._may_fire("collapse", step) and (
                 self._recent_level("collapse") or 0.0) >= s["collapse_share"]:
             csteps, col = self._series("collapse")
-            recent = col[-s["recent"]:]
-            if len(col) >= s["min_steps"] and _mean(recent) >= s["collapse_share"] and self._rises(col)[0]:
+            if len(col) >= s["min_steps"] and self._rises(col)[0]:  # its recent level: checked above
                 self._fire("collapse", step, (
-                    f"While the reward rose ({reward[0]:.2f} to {reward[-1]:.2f}), {recent[-1]:.0%} of the "
+                    f"While the reward rose ({reward[0]:.2f} to {reward[-1]:.2f}), {col[-1]:.0%} of the "
                     f"completions at step {step} were near-copies of the replies to other prompts: one reply "
                     "for every prompt."),
                     base(collapse_share=[round(v, 3) for v in col], collapse_steps=csteps,
