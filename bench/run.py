@@ -4,6 +4,7 @@
     python bench/run.py                  # the full run (about 10 minutes on 2 CPU cores)
     python bench/run.py --quick --json   # the last line printed is one JSON object
     python bench/run.py --only overhead,scoring
+    python bench/run.py --quick --only overhead --fixed-malloc   # glibc malloc with fixed thresholds, both sides
 
 Figures (see bench/RESULTS.md for what each one times and the latest numbers):
 
@@ -11,6 +12,8 @@ Figures (see bench/RESULTS.md for what each one times and the latest numbers):
   rendering headlessly, the reward-hacking watch) over a plain TRL ``GRPOTrainer`` script doing the same
   work, median of pairwise ratios (goal <= 1.03): 12 alternated pairs in 3 processes in the quick run (each
   process's own layout moves all of its pairs by a percent or two). Where the time goes: bench/overhead_parts.py.
+  Each run's minor page faults are counted: with glibc's default malloc thresholds they vary from process to process
+  and move a run by several percent; ``--fixed-malloc`` runs both sides with fixed thresholds (about 500 a run).
 - concurrent_scoring_speedup: a 50 ms-latency env, sequential scoring vs ``async def
   score_episode`` and ``rl_env_workers`` threads (goal >= 80% of the ideal).
 - import_ms: ``%load_ext grpo_magic`` in a fresh IPython shell, and proof torch is not imported.
@@ -86,6 +89,28 @@ TEACH = {"rl_num_generations": 8, "batch_size": 32, "rl_max_new_tokens": 8, "lr"
 # ================================================================================== helpers
 
 
+# glibc's malloc with fixed thresholds (``--fixed-malloc``): no dynamic mmap threshold and no trimming of the heap.
+# With glibc's defaults a 40-step letters run takes 40,000 to 240,000 minor page faults (fresh pages for torch's
+# buffers), a count that varies from process to process and between the two sides of one process; with these it takes
+# about 500. Both sides run under the same setting; the figures record which one was used.
+FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "1073741824", "MALLOC_TRIM_THRESHOLD_": "4294967296",
+                "MALLOC_TOP_PAD_": "268435456"}
+
+
+def _malloc_env() -> dict[str, str]:
+    """The glibc malloc settings the workers run under (empty: glibc's defaults)."""
+    return {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
+
+
+def _minor_faults() -> int | None:
+    """The process's minor page faults so far (None where ``resource`` does not exist)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def _quiet_env(threads: int) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
@@ -105,12 +130,10 @@ def _quiet_env(threads: int) -> dict[str, str]:
 def _spread(values: list[float], digits: int = 3) -> dict[str, Any]:
     if not values:
         return {"median": None, "min": None, "max": None, "n": 0}
-    return {
-        "median": round(statistics.median(values), digits),
-        "min": round(min(values), digits),
-        "max": round(max(values), digits),
-        "n": len(values),
-    }
+    def r(v: float) -> float:
+        return int(round(v)) if digits == 0 else round(v, digits)
+
+    return {"median": r(statistics.median(values)), "min": r(min(values)), "max": r(max(values)), "n": len(values)}
 
 
 def _worker(name: str, args: dict[str, Any], threads: int, timeout: float = 1200) -> dict[str, Any]:
@@ -241,6 +264,7 @@ def _timer_callback(dash: Any = None):
             self._step0 = 0.0
 
         def on_train_begin(self, args, state, control, **kwargs):
+            self.f0 = _minor_faults()
             self.t0, self.c0 = time.perf_counter(), time.process_time()
             self.busy0 = dash.render_seconds if dash is not None else 0.0
 
@@ -259,6 +283,8 @@ def _timer_callback(dash: Any = None):
             self.wall = time.perf_counter() - self.t0
             self.cpu = time.process_time() - self.c0
             self.busy = (dash.render_seconds - self.busy0) if dash is not None else 0.0
+            f1 = _minor_faults()
+            self.faults = f1 - self.f0 if f1 is not None and self.f0 is not None else None
 
     return LoopTimer()
 
@@ -327,7 +353,7 @@ def _run_grpo_magic(steps: int, dashboard: bool) -> dict[str, Any]:
     e2e = time.perf_counter() - t
     assert run.status == "completed", run.reason
     result = {"loop_s": timer.wall, "loop_cpu_s": timer.cpu, "e2e_s": e2e, "rewards": timer.rewards,
-              "step_s": timer.step_s}
+              "step_s": timer.step_s, "faults": timer.faults}
     if dash is not None:
         result.update(renders=dash.render_count, render_s=dash.render_seconds, curve_updates=dash.curve_updates,
                       points_sent=dash.points_sent, busy_s=timer.busy, logged_steps=len(dash.view.steps))
@@ -358,7 +384,7 @@ def _run_plain_trl(steps: int) -> dict[str, Any]:
         tokenizer.save_pretrained(out)
     e2e = time.perf_counter() - t
     return {"loop_s": timer.wall, "loop_cpu_s": timer.cpu, "e2e_s": e2e, "rewards": timer.rewards,
-            "step_s": timer.step_s}
+            "step_s": timer.step_s, "faults": timer.faults}
 
 
 def worker_overhead(args: dict[str, Any]) -> dict[str, Any]:
@@ -916,6 +942,13 @@ def bench_overhead(cfg: dict[str, Any], threads: int, log) -> dict[str, Any]:
                                                for r in rounds]),
             "points_sent_per_step": _spread([r["A"]["points_sent"] / max(1, r["A"]["logged_steps"]) for r in rounds]),
             "dashboard_render_s_per_run": _spread([r["A"]["render_s"] for r in rounds]),
+            # Minor page faults in the loop (fresh pages for torch's buffers): with glibc's default thresholds,
+            # their count moves a run by several percent, and the two sides of a pair can differ by tens of
+            # thousands; allocator: the malloc settings of the run ("glibc defaults", or --fixed-malloc's).
+            "plain_faults_per_run": _spread([r["B"]["faults"] for r in rounds if r["B"].get("faults") is not None], 0),
+            "grpo_magic_faults_per_run": _spread([r["A"]["faults"] for r in rounds
+                                                  if r["A"].get("faults") is not None], 0),
+            "allocator": _malloc_env() or "glibc defaults",
             "same_rewards_every_run": len(rewards) == 1,
             "rounds": [{"order": r["order"], **{side: round(r[side]["loop_s"], 3) for side in r["order"]}}
                        for r in rounds],
@@ -1175,6 +1208,11 @@ def _summary_lines(r: dict[str, Any]) -> list[str]:
         lines.append(f"  without dashboard       {r['overhead_ratio_no_dashboard']['median']}; cpu-time ratio "
                      f"{r['overhead_cpu_ratio']['median']}; steps after the first "
                      f"{r['overhead_steady_step_ratio']['median']}; end to end {r['overhead_e2e_ratio']['median']}")
+        d = r["overhead_details"]
+        if d.get("plain_faults_per_run", {}).get("n"):
+            lines.append(f"  page faults per run     plain {d['plain_faults_per_run']['median']:.0f}, grpo_magic "
+                         f"{d['grpo_magic_faults_per_run']['median']:.0f}; allocator: "
+                         f"{'fixed thresholds' if isinstance(d['allocator'], dict) else d['allocator']}")
     if "concurrent_scoring_speedup" in r:
         c = r["concurrent_scoring_speedup"]
         for mode in ("async", "threads"):
@@ -1264,6 +1302,10 @@ def results_markdown(results: list[dict[str, Any]]) -> str:
     row("  CPU-time ratio (less sensitive to other load)", "", lambda r: _fmt(r["overhead_cpu_ratio"]))
     row("  end to end (train() call vs whole plain script)", "", lambda r: _fmt(r["overhead_e2e_ratio"]))
     row("  plain TRL step", "", lambda r: _fmt(r["overhead_details"]["plain_step_ms"], " ms"))
+    row("  page faults per run: plain TRL; grpo_magic (allocator)", "",
+        lambda r: f"{_fmt(r['overhead_details']['plain_faults_per_run'])}; "
+                  f"{_fmt(r['overhead_details']['grpo_magic_faults_per_run'])} "
+                  f"({'fixed thresholds' if isinstance(r['overhead_details']['allocator'], dict) else 'glibc defaults'})")
     row("  same completions and rewards on both sides", "",
         lambda r: f"{r['overhead_details']['same_rewards_every_run']}; GRPOConfig differences: "
                   f"{r['overhead_details']['grpo_config_differences'] or 'none'}")
@@ -1375,6 +1417,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated: " + ",".join(BENCHMARKS))
     parser.add_argument("--threads", type=int, default=1, help="torch threads on every side (default 1)")
     parser.add_argument("--save", default=None, help="also write the JSON result to this file")
+    parser.add_argument("--fixed-malloc", action="store_true",
+                        help="run every worker under glibc malloc with fixed thresholds (FIXED_MALLOC): far fewer "
+                             "page faults, the same setting on both sides")
     parser.add_argument("--markdown", nargs="+", metavar="JSON", help="print the RESULTS.md table of saved results")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--worker-args", default="{}", help=argparse.SUPPRESS)
@@ -1390,6 +1435,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         print(results_markdown([json.loads(Path(p).read_text(encoding="utf-8")) for p in args.markdown]), end="")
         return 0
+    if args.fixed_malloc:  # read by glibc when a worker starts; _quiet_env passes the environment on
+        os.environ.update(FIXED_MALLOC)
     cfg = QUICK if args.quick else FULL
     # --quick runs what it has settings for: the agent rows (16 steps of 128-token tool-loop episodes) are full-run only,
     # and it trains the shipped tiny-math weights instead of timing their 90-second build.
