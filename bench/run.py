@@ -13,7 +13,7 @@ Figures (see bench/RESULTS.md for what each one times and the latest numbers):
   work, median of pairwise ratios (goal <= 1.03): 12 alternated pairs in 3 processes in the quick run (each
   process's own layout moves all of its pairs by a percent or two). Where the time goes: bench/overhead_parts.py.
   Each run's minor page faults are counted: with glibc's default malloc thresholds they vary from process to process
-  and move a run by several percent; ``--fixed-malloc`` runs both sides with fixed thresholds (about 500 a run).
+  and move a run by several percent; ``--fixed-malloc`` runs both sides with fixed thresholds (about 200 a run).
 - concurrent_scoring_speedup: a 50 ms-latency env, sequential scoring vs ``async def
   score_episode`` and ``rl_env_workers`` threads (goal >= 80% of the ideal).
 - import_ms: ``%load_ext grpo_magic`` in a fresh IPython shell, and proof torch is not imported.
@@ -92,7 +92,7 @@ TEACH = {"rl_num_generations": 8, "batch_size": 32, "rl_max_new_tokens": 8, "lr"
 # glibc's malloc with fixed thresholds (``--fixed-malloc``): no dynamic mmap threshold and no trimming of the heap.
 # With glibc's defaults a 40-step letters run takes 40,000 to 240,000 minor page faults (fresh pages for torch's
 # buffers), a count that varies from process to process and between the two sides of one process; with these it takes
-# about 500. Both sides run under the same setting; the figures record which one was used.
+# about 200. Both sides run under the same setting; the figures record which one was used.
 FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "1073741824", "MALLOC_TRIM_THRESHOLD_": "4294967296",
                 "MALLOC_TOP_PAD_": "268435456"}
 
@@ -100,6 +100,15 @@ FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "1073741824", "MALLOC_TRIM_THRESHOLD_"
 def _malloc_env() -> dict[str, str]:
     """The glibc malloc settings the workers run under (empty: glibc's defaults)."""
     return {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
+
+
+def _allocator_label(allocator: Any) -> str:
+    """A saved run's ``allocator`` in words."""
+    if not isinstance(allocator, dict):
+        return str(allocator)
+    if allocator == FIXED_MALLOC:
+        return "fixed thresholds"
+    return ", ".join(f"{k}={v}" for k, v in sorted(allocator.items()))
 
 
 def _minor_faults() -> int | None:
@@ -130,6 +139,7 @@ def _quiet_env(threads: int) -> dict[str, str]:
 def _spread(values: list[float], digits: int = 3) -> dict[str, Any]:
     if not values:
         return {"median": None, "min": None, "max": None, "n": 0}
+
     def r(v: float) -> float:
         return int(round(v)) if digits == 0 else round(v, digits)
 
@@ -1211,8 +1221,7 @@ def _summary_lines(r: dict[str, Any]) -> list[str]:
         d = r["overhead_details"]
         if d.get("plain_faults_per_run", {}).get("n"):
             lines.append(f"  page faults per run     plain {d['plain_faults_per_run']['median']:.0f}, grpo_magic "
-                         f"{d['grpo_magic_faults_per_run']['median']:.0f}; allocator: "
-                         f"{'fixed thresholds' if isinstance(d['allocator'], dict) else d['allocator']}")
+                         f"{d['grpo_magic_faults_per_run']['median']:.0f}; allocator: {_allocator_label(d['allocator'])}")
     if "concurrent_scoring_speedup" in r:
         c = r["concurrent_scoring_speedup"]
         for mode in ("async", "threads"):
@@ -1305,7 +1314,7 @@ def results_markdown(results: list[dict[str, Any]]) -> str:
     row("  page faults per run: plain TRL; grpo_magic (allocator)", "",
         lambda r: f"{_fmt(r['overhead_details']['plain_faults_per_run'])}; "
                   f"{_fmt(r['overhead_details']['grpo_magic_faults_per_run'])} "
-                  f"({'fixed thresholds' if isinstance(r['overhead_details']['allocator'], dict) else 'glibc defaults'})")
+                  f"({_allocator_label(r['overhead_details']['allocator'])})")
     row("  same completions and rewards on both sides", "",
         lambda r: f"{r['overhead_details']['same_rewards_every_run']}; GRPOConfig differences: "
                   f"{r['overhead_details']['grpo_config_differences'] or 'none'}")
