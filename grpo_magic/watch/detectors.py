@@ -228,8 +228,8 @@ def collapse_share(pairs: Sequence[tuple[str, str]], threshold: float, limit: in
     if len(pairs) < 2:
         return None
     pairs = _spaced(pairs, limit)
-    cross = len({p for p, _ in pairs}) > 1
     prompts = [p for p, _ in pairs]
+    cross = len(set(prompts)) > 1
     grams = [_trigrams(c) for _, c in pairs]
     sizes = [len(g) for g in grams]
     twin = [False] * len(pairs)
