@@ -164,6 +164,8 @@ def repeat_coverage(text: str, max_n: int = 8, max_chars: int = 600, floor: floa
     for n in range(1, min(max_n, length) + 1):
         if hopeless(min(length, bound * max_n)):  # no unit this long or longer can cover enough
             break
+        if hopeless(min(length, bound * n)):  # nor one of exactly this length: its n-grams are left uncounted
+            continue  # (``bound`` stays an upper bound on every longer unit's count)
         # n-grams as tuples of characters, counted in C (zip), not as sliced strings in a Python loop
         grams = Counter(chars) if n == 1 else Counter(zip(*(chars[k:] for k in range(n)), strict=False))  # shorter tails end it
         top, count = max(grams.items(), key=_COUNT)  # most_common(1)'s answer, ties included, without its heapq call
@@ -391,7 +393,6 @@ class Watch:
         for name in self.task_metrics:
             value = components.get(name)
             tasks[name] = value if value is not None else _number(metrics.get(name))
-        judged = [c for _, c, _, _ in completions if len("".join(c.split())) >= 8]
         length = _number(metrics.get("completions/mean_length"))
         if completions:
             self._examples = completions  # sorted only when an alarm shows them (_examples_for)
@@ -402,8 +403,7 @@ class Watch:
             "components": components,
             # The text statistics are computed when a detector first asks for them (``_text_stats``): only while
             # the reward rises and no task metric follows it, so an honest run whose task follows pays nothing.
-            "judged": _spaced(judged, REPEAT_JUDGED),
-            "pairs": [(p, c) for p, c, _, _ in completions],
+            "episodes": completions,  # (prompt, completion, score, components): what the text statistics read
             "length": length,
             "clipped": _number(metrics.get("completions/clipped_ratio")),
             "chars": _mean(len(c) for _, c, _, _ in completions),
@@ -445,14 +445,17 @@ class Watch:
         asks (see ``_row``): after a detector has fired, its statistic is never computed again."""
         if key in row:
             return
+        episodes = row["episodes"]
         if key == "repeat":
-            judged = row.pop("judged")
+            judged = _spaced([c for _, c, _, _ in episodes if len("".join(c.split())) >= 8], REPEAT_JUDGED)
             # Which completions are repetitive is all the statistic needs; the unit each repeats is looked for
             # only when an alarm names it (``_repeat_unit``).
             row["repetitive"] = [c for c in judged if is_repetitive(c, self.settings["repeat_cover"])]
             row["repeat"] = len(row["repetitive"]) / len(judged) if judged else None
         else:
-            row["collapse"] = collapse_share(row.pop("pairs"), self.settings["collapse_sim"])
+            row["collapse"] = collapse_share([(p, c) for p, c, _, _ in episodes], self.settings["collapse_sim"])
+        if "repeat" in row and "collapse" in row:
+            del row["episodes"]  # both statistics known: the texts are not needed any more
 
     def _repeat_unit(self) -> str:
         """The unit repeated most often in the repetitive completions of the last step that had any."""
@@ -593,19 +596,22 @@ class Watch:
             lsteps, lengths = self._series(key)
             recent = _mean(lengths[-s["recent"]:]) if lengths else None
             cap = self.max_new_tokens if key == "length" else None
-            up, lt = self._rises(lengths)
-            down, _ = self._falls(lengths, lt)
+            # the levels first: the trend is computed only when one of them is reached
+            to_cap = bool(cap) and recent is not None and recent >= s["cap_share"] * cap
+            to_nothing = recent is not None and bool(lengths) and recent <= s["tiny_share"] * max(lengths[0], 1e-9)
+            up, lt = self._rises(lengths) if to_cap or to_nothing else (False, {})
+            down, _ = self._falls(lengths, lt) if to_nothing else (False, {})
 
             def evidence(**more: Any) -> dict[str, Any]:
                 return base(lengths=[round(v, 2) for v in lengths], length_steps=lsteps, length_trend=lt,
                             max_new_tokens=cap, **more)
 
-            if up and cap and recent is not None and recent >= s["cap_share"] * cap:
+            if up and to_cap:
                 self._fire("length", step, (
                     f"While the reward rose ({reward[0]:.2f} to {reward[-1]:.2f}), the completions ran to the "
                     f"length cap: {lengths[0]:.1f} to {lengths[-1]:.1f} tokens of {cap}."),
                     evidence(direction="cap", examples=self._examples_for(lambda x: -len(x[1]))), out)
-            elif down and recent is not None and lengths and recent <= s["tiny_share"] * max(lengths[0], 1e-9):
+            elif down and to_nothing:
                 self._fire("length", step, (
                     f"While the reward rose ({reward[0]:.2f} to {reward[-1]:.2f}), the completions shrank to "
                     f"almost nothing: {lengths[0]:.1f} to {lengths[-1]:.1f} {'tokens' if cap else 'characters'}."),
