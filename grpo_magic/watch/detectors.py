@@ -215,13 +215,6 @@ def _trigrams(text: str, max_chars: int = 600) -> frozenset[Any]:
     return frozenset(zip(t, t[1:], t[2:], strict=False))  # the shorter tails end it
 
 
-def _similar(a: frozenset[Any], b: frozenset[Any], threshold: float) -> bool:
-    if not a or not b:
-        return a == b
-    inter = len(a & b)
-    return inter >= threshold * (len(a) + len(b) - inter)
-
-
 def collapse_share(pairs: Sequence[tuple[str, str]], threshold: float, limit: int = 32) -> float | None:
     """The share of completions with a near-identical twin (trigram Jaccard >= threshold) among the completions of
     *other* prompts; with one distinct prompt, among the completions of the same group. None for < 2 completions.
@@ -246,7 +239,7 @@ def collapse_share(pairs: Sequence[tuple[str, str]], threshold: float, limit: in
             sj = sizes[j]
             if (sj if sj < si else si) < threshold * (si if sj < si else sj):
                 continue
-            inter = len(gi & grams[j])  # _similar's test, inline: this loop runs up to 496 times a row
+            inter = len(gi & grams[j])  # Jaccard = inter / union, the union being si + sj - inter
             if inter >= threshold * (si + sj - inter):
                 twin[i] = twin[j] = True
     return sum(twin) / len(twin)
